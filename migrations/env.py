@@ -1,0 +1,28 @@
+"""Alembic environment: runs migrations over psycopg 3 (sync) with a lock timeout."""
+
+from __future__ import annotations
+
+from alembic import context
+from sqlalchemy import create_engine, pool
+
+from service.db.base import Base
+from service.db import models  # noqa: F401  (registers the tables on Base.metadata)
+
+config = context.config
+target_metadata = Base.metadata
+
+
+def run_migrations_online() -> None:
+    url = config.get_main_option("sqlalchemy.url")
+    assert url is not None
+    engine = create_engine(url, poolclass=pool.NullPool)
+    with engine.connect() as connection:
+        context.configure(connection=connection, target_metadata=target_metadata)
+        with context.begin_transaction():
+            context.run_migrations()
+    engine.dispose()
+
+
+if context.is_offline_mode():
+    raise SystemExit("offline migrations are not supported; run `memgate migrate`")
+run_migrations_online()

@@ -1,0 +1,241 @@
+"""The `memgate` command: serve | migrate | keys rotate | token | openapi."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from collections.abc import Iterator
+
+import psycopg
+
+from service.settings import Settings
+
+ADMIN_CLIENT_FILE = "admin-client.json"
+ADMIN_SECRET_FILE = "admin-client.secret"
+EMBEDDED_DATABASE = "memgate"
+
+
+@contextmanager
+def database_url(settings: Settings) -> Iterator[str]:
+    """`DATABASE_URL` when set (nothing is started); otherwise the embedded cluster, stopped
+    cleanly on exit."""
+    if settings.database.url:
+        yield settings.database.url
+        return
+    from service.db.embedded import EmbeddedPostgres
+
+    embedded = EmbeddedPostgres(settings.database.data_dir)
+    admin_url = embedded.start()
+    try:
+        yield _ensure_database(admin_url, EMBEDDED_DATABASE)
+    finally:
+        embedded.stop()
+
+
+def _ensure_database(admin_url: str, name: str) -> str:
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
+        if not exists:
+            conn.execute(f'CREATE DATABASE "{name}"')
+    return admin_url.replace("/postgres?", f"/{name}?", 1)
+
+
+def _write_private(path: Path, content: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(content)
+
+
+@dataclass(frozen=True)
+class AdminClient:
+    tenant_id: str
+    client_id: str
+    secret_file: Path
+
+
+async def _bootstrap(settings: Settings, runtime: object) -> AdminClient | None:
+    """On first start: a default tenant with an admin client; its secret goes to a 0600 file."""
+    from service.identity.service import any_tenant, create_tenant
+    from service.runtime import Runtime
+
+    assert isinstance(runtime, Runtime)
+    data_dir = settings.database.data_dir
+    async with runtime.sessionmaker.begin() as session:
+        if not await any_tenant(session):
+            created = await create_tenant(session, "default")
+            _write_private(data_dir / ADMIN_SECRET_FILE, created.client_secret + "\n")
+            _write_private(
+                data_dir / ADMIN_CLIENT_FILE,
+                json.dumps(
+                    {"tenant_id": str(created.tenant_id), "client_id": str(created.client_id)}
+                ),
+            )
+    info_file = data_dir / ADMIN_CLIENT_FILE
+    if not info_file.exists():
+        return None
+    info = json.loads(info_file.read_text())
+    return AdminClient(info["tenant_id"], info["client_id"], data_dir / ADMIN_SECRET_FILE)
+
+
+def _print_banner(settings: Settings, admin: AdminClient | None, started: float) -> None:
+    url = settings.server.public_url
+    lines = [f"memgate is ready at {url} (started in {time.perf_counter() - started:.1f} s)"]
+    if admin is None:
+        lines.append("  bootstrap was done elsewhere; use your admin client's credentials.")
+    else:
+        lines += [
+            f"  tenant:          {admin.tenant_id}",
+            f"  admin client id: {admin.client_id}",
+            f"  admin secret:    in {admin.secret_file} (mode 0600)",
+            "  get a token:",
+            f'    curl -s -X POST {url}/oauth/token -u "{admin.client_id}:$(cat '
+            f'{admin.secret_file})" -d grant_type=client_credentials',
+            "  or: memgate token",
+        ]
+    lines.append("  stop with Ctrl-C (the embedded database stops with it)")
+    print("\n".join(lines), flush=True)
+
+
+async def _serve(settings: Settings, url: str, started: float) -> None:
+    import uvicorn
+
+    from service.app import create_app
+    from service.embeddings import create_embedder
+    from service.runtime import build_runtime
+
+    runtime = await build_runtime(settings, url, create_embedder(settings.embedding))
+    try:
+        admin = await _bootstrap(settings, runtime)
+        config = uvicorn.Config(
+            create_app(runtime),
+            host=settings.server.host,
+            port=settings.server.port,
+            log_config=None,
+            access_log=False,
+            lifespan="on",
+        )
+        server = uvicorn.Server(config)
+        serving = asyncio.create_task(server.serve())
+        while not server.started and not serving.done():
+            await asyncio.sleep(0.05)
+        if server.started:
+            _print_banner(settings, admin, started)
+        await serving
+    finally:
+        await runtime.close()
+
+
+def cmd_serve(settings: Settings) -> int:
+    from service.db.migrate import upgrade
+    from service.observability.logging import configure_logging
+
+    started = time.perf_counter()
+    configure_logging(json_logs=settings.server.json_logs)
+    with database_url(settings) as url:
+        upgrade(url)
+        try:
+            asyncio.run(_serve(settings, url, started))
+        except KeyboardInterrupt:
+            pass
+    return 0
+
+
+def cmd_migrate(settings: Settings) -> int:
+    from service.db.migrate import upgrade
+
+    with database_url(settings) as url:
+        upgrade(url)
+    print("migrations at head")
+    return 0
+
+
+def cmd_rotate_keys(settings: Settings) -> int:
+    from service.embeddings.base import Embedder
+    from service.runtime import build_runtime
+
+    class _NoEmbedder:
+        model_id = "none"
+        dimensions = 256
+
+        async def embed(self, texts: object) -> list[list[float]]:
+            raise RuntimeError("not used")
+
+    async def rotate(url: str) -> str:
+        embedder: Embedder = _NoEmbedder()
+        runtime = await build_runtime(settings, url, embedder)
+        try:
+            return await runtime.rotate_signing_keys()
+        finally:
+            await runtime.close()
+
+    with database_url(settings) as url:
+        kid = asyncio.run(rotate(url))
+    print(f"active signing key is now {kid}")
+    return 0
+
+
+def cmd_token(settings: Settings, scope: str | None) -> int:
+    import httpx
+
+    data_dir = settings.database.data_dir
+    info = json.loads((data_dir / ADMIN_CLIENT_FILE).read_text())
+    secret = (data_dir / ADMIN_SECRET_FILE).read_text().strip()
+    form = {"grant_type": "client_credentials"}
+    if scope:
+        form["scope"] = scope
+    response = httpx.post(
+        f"{settings.server.public_url}/oauth/token",
+        data=form,
+        auth=(info["client_id"], secret),
+        timeout=10,
+    )
+    if response.is_error:
+        print(response.text, file=sys.stderr)
+        return 1
+    print(response.json()["access_token"])
+    return 0
+
+
+def cmd_openapi(path: Path) -> int:
+    from service.http.openapi_doc import render_openapi
+
+    path.write_text(render_openapi())
+    print(f"wrote {path}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="memgate", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("serve", help="start memgate (embedded database unless DATABASE_URL)")
+    commands.add_parser("migrate", help="run database migrations to head")
+    keys = commands.add_parser("keys", help="signing keys of the embedded issuer")
+    keys.add_argument("action", choices=["rotate"])
+    token = commands.add_parser("token", help="print an access token for the bootstrap admin")
+    token.add_argument("--scope", default=None)
+    openapi = commands.add_parser("openapi", help="write the OpenAPI document")
+    openapi.add_argument("--output", type=Path, default=Path("openapi.yaml"))
+    args = parser.parse_args(argv)
+
+    settings = Settings.from_env()
+    if args.command == "serve":
+        return cmd_serve(settings)
+    if args.command == "migrate":
+        return cmd_migrate(settings)
+    if args.command == "keys":
+        return cmd_rotate_keys(settings)
+    if args.command == "token":
+        return cmd_token(settings, args.scope)
+    return cmd_openapi(args.output)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

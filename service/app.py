@@ -1,0 +1,72 @@
+"""create_app(): the one place where routes, middleware, dependencies and the problem map meet."""
+
+from __future__ import annotations
+
+from litestar import Litestar
+from litestar.datastructures import State
+from litestar.di import Provide
+from litestar.middleware import DefineMiddleware
+from litestar.openapi import OpenAPIConfig
+from litestar.openapi.spec import Components, SecurityScheme
+
+from service.auth.controller import OAuthController
+from service.auth.middleware import BearerAuthentication
+from service.http.deps import provide_db, provide_runtime
+from service.http.errors import handle_exception
+from service.http.health import HealthController
+from service.identity.controller import ClientController, PrincipalController
+from service.memory.controller import MemoryController
+from service.observability.logging import request_context_middleware
+from service.runtime import Runtime
+from service.settings import ServerSettings
+
+API_VERSION = "0.1.0"
+
+
+def openapi_config() -> OpenAPIConfig:
+    return OpenAPIConfig(
+        title="memgate",
+        version=API_VERSION,
+        description=(
+            "Multi-tenant memory for AI agents. Every call needs a bearer token from "
+            "/oauth/token; errors are RFC 9457 application/problem+json."
+        ),
+        components=Components(
+            security_schemes={
+                "bearer": SecurityScheme(type="http", scheme="bearer", bearer_format="JWT")
+            }
+        ),
+        security=[{"bearer": []}],
+        use_handler_docstrings=True,
+        render_plugins=[],
+    )
+
+
+def create_app(runtime: Runtime | None = None) -> Litestar:
+    """The app; `runtime=None` builds it only to render the OpenAPI document."""
+    auth = DefineMiddleware(
+        BearerAuthentication,
+        exclude_from_auth_key="exclude_from_auth",
+        exclude=["^/schema"],
+    )
+    return Litestar(
+        route_handlers=[
+            HealthController,
+            OAuthController,
+            MemoryController,
+            PrincipalController,
+            ClientController,
+        ],
+        dependencies={
+            "db": Provide(provide_db),
+            "runtime": Provide(provide_runtime, sync_to_thread=False),
+        },
+        middleware=[request_context_middleware, auth],
+        exception_handlers={Exception: handle_exception},
+        openapi_config=openapi_config(),
+        request_max_body_size=(
+            runtime.settings.server.max_body_bytes if runtime else ServerSettings.max_body_bytes
+        ),
+        state=State({"runtime": runtime}),
+        debug=False,
+    )

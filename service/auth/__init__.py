@@ -1,0 +1,1 @@
+"""Identity: token verification, the embedded authorization server, principals and guards."""

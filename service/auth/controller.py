@@ -1,0 +1,67 @@
+"""The embedded authorization server's public endpoints: token, JWKS, metadata."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from litestar import Controller, Request, Response, get, post
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from service.auth.issuer import token_response
+from service.auth.keys import published_jwks
+from service.auth.scopes import ALL_SCOPES
+from service.problems import PROBLEM_BASE_URI
+from service.runtime import Runtime
+
+_NO_STORE = {"Cache-Control": "no-store", "Pragma": "no-cache"}
+
+
+class OAuthController(Controller):
+    tags = ["oauth"]
+    opt = {"exclude_from_auth": True}
+
+    @post("/oauth/token", status_code=200)
+    async def token(
+        self, request: Request[Any, Any, Any], db: AsyncSession, runtime: Runtime
+    ) -> Response[dict[str, Any]]:
+        """OAuth 2 token endpoint (client credentials, `client_secret_basic` or
+        `client_secret_post`). Answers a short-lived `at+jwt` access token; scopes outside the
+        client's registration are dropped and `scope` says what was granted."""
+        form = {k: v for k, v in (await request.form()).items() if isinstance(v, str)}
+        # authlib looks up 'Authorization' case-sensitively; pass only what the grant reads.
+        headers = {"Authorization": request.headers.get("authorization", "")}
+        status, body, extra = await token_response(db, runtime.issuer, runtime.kek, form, headers)
+        response_headers = dict(_NO_STORE)
+        response_headers.update({k: v for k, v in extra if k.lower() == "www-authenticate"})
+        if status >= 400:
+            # RFC 6749 §5.2 members for OAuth clients, RFC 9457 members for everyone else.
+            error = str(body.get("error", "invalid_request"))
+            body = {
+                "type": f"{PROBLEM_BASE_URI}oauth-{error.replace('_', '-')}",
+                "title": "Token request refused",
+                "status": status,
+                "detail": body.get("error_description") or error,
+                **body,
+            }
+            return Response(body, status_code=status, headers=response_headers,
+                            media_type="application/problem+json")
+        return Response(body, status_code=status, headers=response_headers)
+
+    @get("/.well-known/jwks.json")
+    async def jwks(self, db: AsyncSession) -> Response[dict[str, Any]]:
+        """Public signing keys of the embedded issuer (next, active and still-valid retired)."""
+        return Response(await published_jwks(db), headers={"Cache-Control": "max-age=300"})
+
+    @get("/.well-known/oauth-authorization-server")
+    async def metadata(self, runtime: Runtime) -> dict[str, Any]:
+        """RFC 8414 authorization server metadata."""
+        issuer = runtime.issuer.issuer
+        return {
+            "issuer": issuer,
+            "token_endpoint": f"{issuer}/oauth/token",
+            "jwks_uri": f"{issuer}/.well-known/jwks.json",
+            "grant_types_supported": ["client_credentials"],
+            "token_endpoint_auth_methods_supported": ["client_secret_basic", "client_secret_post"],
+            "scopes_supported": sorted(ALL_SCOPES),
+            "response_types_supported": ["token"],
+        }

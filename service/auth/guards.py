@@ -1,0 +1,29 @@
+"""Route guards: the scope a route needs is declared next to the route."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from litestar.connection import ASGIConnection
+from litestar.handlers.base import BaseRouteHandler
+
+from service.auth.principal import Principal
+from service.auth.scopes import Scope
+from service.problems import InsufficientScope
+
+Guard = Callable[[ASGIConnection, BaseRouteHandler], None]  # type: ignore[type-arg]
+
+
+def requires(scope: Scope) -> Guard:
+    def guard(connection: ASGIConnection, _: BaseRouteHandler) -> None:  # type: ignore[type-arg]
+        principal: Principal = connection.user
+        if not principal.has_scope(scope):
+            raise InsufficientScope(
+                f"This call needs the '{scope}' scope; the token has "
+                f"'{' '.join(sorted(principal.scopes)) or 'none'}'. Request a token with "
+                f"scope={scope} (the client must be registered for it).",
+                required_scope=str(scope),
+            )
+
+    guard.__name__ = f"requires_{scope.replace(':', '_')}"
+    return guard

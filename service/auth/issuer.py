@@ -1,0 +1,225 @@
+"""The embedded authorization server: OAuth 2 client credentials on authlib's grant machinery.
+
+authlib's core is synchronous, so the async parts (loading the client and the signing key) run
+first and the grant runs in a worker thread against those preloaded values; argon2 secret
+verification then does not block the event loop either.
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import unquote
+
+import anyio
+from argon2 import PasswordHasher
+from argon2.exceptions import InvalidHashError, VerificationError
+from authlib.oauth2 import AuthorizationServer, OAuth2Request
+from authlib.oauth2.rfc6749 import ClientMixin, grants
+from authlib.oauth2.rfc6749.errors import InvalidScopeError
+from authlib.oauth2.rfc6749.requests import BasicOAuth2Payload
+from joserfc import jwt
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from service.auth.keys import KeyEncryptionKey, SigningJwk, active_signing_key
+from service.auth.scopes import ADMIN_SCOPES
+from service.db.models import Client, Principal
+
+_hasher = PasswordHasher()
+# Verified when the client id is unknown, so a miss costs as long as a wrong secret.
+_DUMMY_HASH = _hasher.hash(uuid.uuid4().hex)
+
+
+def hash_secret(secret: str) -> str:
+    return _hasher.hash(secret)
+
+
+def verify_secret(secret_hash: str, secret: str) -> bool:
+    try:
+        return _hasher.verify(secret_hash, secret)
+    except (VerificationError, InvalidHashError):
+        return False
+
+
+@dataclass(frozen=True)
+class IssuerConfig:
+    issuer: str
+    audience: str
+    ttl_seconds: int
+
+
+@dataclass
+class RegisteredClient(ClientMixin):  # type: ignore[misc]
+    """A client row as authlib sees it (preloaded; no database access inside the grant)."""
+
+    client_id: str
+    tenant_id: uuid.UUID
+    principal_id: uuid.UUID
+    kind: str
+    secret_hash: str
+    allowed_scopes: frozenset[str]
+
+    def get_client_id(self) -> str:
+        return self.client_id
+
+    def check_client_secret(self, client_secret: str) -> bool:
+        return verify_secret(self.secret_hash, client_secret)
+
+    def check_endpoint_auth_method(self, method: str, endpoint: str) -> bool:
+        return method in {"client_secret_basic", "client_secret_post"}
+
+    def check_grant_type(self, grant_type: str) -> bool:
+        return grant_type == "client_credentials"
+
+    def get_allowed_scope(self, scope: str) -> str:
+        """Requested ∩ registered, and never an admin scope for an agent client. No scope asked
+        means everything the client is registered for."""
+        requested = set(scope.split()) if scope else set(self.allowed_scopes)
+        granted = requested & self.allowed_scopes
+        if self.kind != "admin":
+            granted -= ADMIN_SCOPES
+        return " ".join(sorted(granted))
+
+
+class _ClientCredentials(grants.ClientCredentialsGrant):  # type: ignore[misc]
+    TOKEN_ENDPOINT_AUTH_METHODS = ["client_secret_basic", "client_secret_post"]
+
+
+class _FormRequest(OAuth2Request):  # type: ignore[misc]
+    def __init__(self, uri: str, form: dict[str, str], headers: dict[str, str]) -> None:
+        super().__init__("POST", uri, headers=headers)
+        self.payload = BasicOAuth2Payload(form)
+        self._form = form
+
+    @property
+    def form(self) -> dict[str, str]:
+        return self._form
+
+
+class _Server(AuthorizationServer):  # type: ignore[misc]
+    def __init__(self, client: RegisteredClient | None) -> None:
+        super().__init__()
+        self._client = client
+        self.register_grant(_ClientCredentials)
+
+    def query_client(self, client_id: str) -> RegisteredClient | None:
+        if self._client is None or self._client.client_id != client_id:
+            verify_secret(_DUMMY_HASH, client_id)
+            return None
+        return self._client
+
+    def create_oauth2_request(self, request: OAuth2Request) -> OAuth2Request:
+        return request
+
+    def save_token(self, token: dict[str, Any], request: OAuth2Request) -> None:
+        """Access tokens are self-contained JWTs; nothing to store."""
+
+    def send_signal(self, name: str, *args: Any, **kwargs: Any) -> None:
+        """No signal bus here; auditing happens around the endpoint."""
+
+    def handle_response(
+        self, status: int, body: dict[str, Any], headers: list[tuple[str, str]]
+    ) -> tuple[int, dict[str, Any], list[tuple[str, str]]]:
+        return status, body, headers
+
+
+def _client_id_from(form: dict[str, str], headers: dict[str, str]) -> str | None:
+    auth = headers.get("Authorization", "")
+    if auth.lower().startswith("basic "):
+        try:
+            decoded = base64.b64decode(auth[6:].strip(), validate=True).decode()
+        except (ValueError, UnicodeDecodeError):
+            return None
+        return unquote(decoded.split(":", 1)[0])
+    return form.get("client_id")
+
+
+async def _load_client(session: AsyncSession, client_id: str | None) -> RegisteredClient | None:
+    try:
+        parsed = uuid.UUID(client_id or "")
+    except ValueError:
+        return None
+    row = (
+        await session.execute(
+            select(Client)
+            .join(
+                Principal,
+                (Principal.tenant_id == Client.tenant_id) & (Principal.id == Client.principal_id),
+            )
+            .where(
+                Client.client_id == parsed,
+                Client.disabled_at.is_(None),
+                Principal.disabled_at.is_(None),
+            )
+        )
+    ).scalar_one_or_none()
+    if row is None:
+        return None
+    return RegisteredClient(
+        client_id=str(row.client_id),
+        tenant_id=row.tenant_id,
+        principal_id=row.principal_id,
+        kind=row.kind,
+        secret_hash=row.secret_hash,
+        allowed_scopes=frozenset(row.allowed_scopes),
+    )
+
+
+def _token_generator(config: IssuerConfig, key: SigningJwk) -> Any:
+    def generate(
+        grant_type: str,
+        client: RegisteredClient,
+        user: Any = None,
+        scope: str | None = None,
+        expires_in: int | None = None,
+        include_refresh_token: bool = False,
+    ) -> dict[str, Any]:
+        granted = client.get_allowed_scope(scope or "")
+        if not granted:
+            raise InvalidScopeError("none of the requested scopes may be granted to this client")
+        now = int(time.time())
+        claims = {
+            "iss": config.issuer,
+            "aud": config.audience,
+            "sub": str(client.principal_id),
+            "tenant": str(client.tenant_id),
+            "client_id": client.client_id,
+            "scope": granted,
+            "jti": uuid.uuid4().hex,
+            "iat": now,
+            "nbf": now,
+            "exp": now + config.ttl_seconds,
+        }
+        header = {"alg": key.alg, "typ": "at+jwt", "kid": key.kid}
+        return {
+            "access_token": jwt.encode(header, claims, key, algorithms=[str(key.alg)]),
+            "token_type": "Bearer",
+            "expires_in": config.ttl_seconds,
+            "scope": granted,
+            "issued_token_type": "urn:ietf:params:oauth:token-type:access_token",
+        }
+
+    return generate
+
+
+async def token_response(
+    session: AsyncSession,
+    config: IssuerConfig,
+    kek: KeyEncryptionKey,
+    form: dict[str, str],
+    headers: dict[str, str],
+) -> tuple[int, dict[str, Any], list[tuple[str, str]]]:
+    """Run the token endpoint: (status, JSON body, headers). Errors use RFC 6749 §5.2 codes."""
+    client = await _load_client(session, _client_id_from(form, headers))
+    key = await active_signing_key(session, kek)
+    server = _Server(client)
+    server.register_token_generator("default", _token_generator(config, key))
+    request = _FormRequest(config.issuer + "/oauth/token", form, headers)
+    result: tuple[int, dict[str, Any], list[tuple[str, str]]] = await anyio.to_thread.run_sync(
+        server.create_token_response, request
+    )
+    return result

@@ -1,0 +1,43 @@
+"""Bearer authentication for Litestar: verify the JWT, then resolve the principal."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, cast
+
+import structlog
+from litestar.connection import ASGIConnection
+from litestar.middleware import AbstractAuthenticationMiddleware, AuthenticationResult
+
+from service.auth.resolver import resolve_principal
+from service.auth.tokens import TokenRejected
+from service.problems import NotAuthenticated
+
+if TYPE_CHECKING:
+    from service.runtime import Runtime
+
+
+class BearerAuthentication(AbstractAuthenticationMiddleware):
+    async def authenticate_request(self, connection: ASGIConnection) -> AuthenticationResult:  # type: ignore[type-arg]
+        header = connection.headers.get("authorization", "")
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise NotAuthenticated(
+                "This endpoint needs a bearer token: POST /oauth/token with your client "
+                "credentials, then send 'Authorization: Bearer <access_token>'.",
+                error="missing_token",
+            )
+        runtime = cast("Runtime", connection.app.state.runtime)
+        try:
+            verified = await runtime.verifier.verify(token.strip())
+            async with runtime.sessionmaker() as session:
+                principal = await resolve_principal(session, verified)
+        except TokenRejected as exc:
+            raise NotAuthenticated(
+                f"The access token was rejected ({exc}). Get a new token from /oauth/token.",
+            ) from None
+        structlog.contextvars.bind_contextvars(
+            tenant=str(principal.tenant_id),
+            principal=str(principal.principal_id),
+            client=principal.client_id,
+        )
+        return AuthenticationResult(user=principal, auth=verified)

@@ -1,0 +1,22 @@
+"""The authenticated caller, built only from a verified token (the tenant never comes from the
+request)."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Principal:
+    tenant_id: uuid.UUID
+    principal_id: uuid.UUID
+    client_id: str
+    scopes: frozenset[str]
+    token_id: str
+    issuer: str
+    act: dict[str, Any] | None = None
+
+    def has_scope(self, scope: str) -> bool:
+        return scope in self.scopes

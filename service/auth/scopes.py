@@ -1,0 +1,41 @@
+"""OAuth scopes (Atlassian style `action:resource`). A scope is a ceiling; policy decides inside."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Scope(StrEnum):
+    READ_MEMORY = "read:memory"
+    WRITE_MEMORY = "write:memory"
+    DELETE_MEMORY = "delete:memory"
+    READ_POLICY = "read:policy"
+    MANAGE_POLICY = "manage:policy"
+    READ_AUDIT = "read:audit"
+    MANAGE_ERASURE = "manage:erasure"
+    RUN_JOBS = "run:jobs"
+    MANAGE_TENANT = "manage:tenant"
+
+
+ALL_SCOPES: frozenset[str] = frozenset(s.value for s in Scope)
+ADMIN_SCOPES: frozenset[str] = frozenset(
+    {
+        Scope.MANAGE_POLICY,
+        Scope.READ_AUDIT,
+        Scope.MANAGE_ERASURE,
+        Scope.RUN_JOBS,
+        Scope.MANAGE_TENANT,
+    }
+)
+"""Never issued to agent clients, whatever they ask for or were registered with."""
+
+AGENT_SCOPES: frozenset[str] = ALL_SCOPES - ADMIN_SCOPES
+
+
+def parse_scopes(raw: object) -> frozenset[str]:
+    """Scopes from a `scope` string (RFC 8693/9068) or an `scp` list (Entra style)."""
+    if isinstance(raw, str):
+        return frozenset(raw.split())
+    if isinstance(raw, list | tuple):
+        return frozenset(s for s in raw if isinstance(s, str))
+    return frozenset()

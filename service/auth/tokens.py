@@ -1,0 +1,211 @@
+"""Access-token verification with joserfc, per trusted issuer.
+
+Order matters: the issuer is chosen from the (unverified) `iss` *before* any key lookup, the key
+comes only from that issuer's own key source (never from `jku`, `x5u` or `jwk` headers), the
+algorithm must be on that issuer's allow-list, and only then are signature and claims checked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+from joserfc import jws, jwt
+from joserfc.errors import JoseError
+from joserfc.jwk import KeySet
+from joserfc.jwt import JWTClaimsRegistry
+
+from service.auth.scopes import parse_scopes
+
+MAX_TOKEN_BYTES = 8192
+MAX_KID_CHARS = 128
+ACCESS_TOKEN_TYPES = frozenset({"at+jwt", "application/at+jwt"})
+
+
+class TokenRejected(Exception):
+    """Verification failed. The message is for logs and the 401 body; it never echoes the token."""
+
+
+KeyFetcher = Callable[[], Awaitable[dict[str, Any]]]
+
+
+class CachedKeySet:
+    """A JWKS with a TTL, refetched on an unknown `kid` at most once per `min_refetch` seconds
+    behind a single-flight lock; keeps serving the last good keys if a refetch fails."""
+
+    def __init__(self, fetch: KeyFetcher, *, ttl: float = 600.0, min_refetch: float = 30.0):
+        self._fetch = fetch
+        self._ttl = ttl
+        self._min_refetch = min_refetch
+        self._keys: KeySet | None = None
+        self._fetched_at = float("-inf")
+        self._attempted_at = float("-inf")
+        self._lock = asyncio.Lock()
+        self.fetch_count = 0
+
+    async def find(self, kid: str) -> KeySet | None:
+        now = time.monotonic()
+        if self._keys is None or now - self._fetched_at > self._ttl:
+            await self._refresh(force=self._keys is None)
+        found = self._lookup(kid)
+        if found is None and time.monotonic() - self._attempted_at >= self._min_refetch:
+            await self._refresh(force=False)
+            found = self._lookup(kid)
+        return found
+
+    def invalidate(self) -> None:
+        """Forget the rate limit, e.g. right after this process rotated keys itself."""
+        self._attempted_at = float("-inf")
+        self._fetched_at = float("-inf")
+
+    def _lookup(self, kid: str) -> KeySet | None:
+        if self._keys is None:
+            return None
+        matches = [key for key in self._keys.keys if key.kid == kid]
+        return KeySet(matches) if len(matches) == 1 else None
+
+    async def _refresh(self, *, force: bool) -> None:
+        attempted = self._attempted_at
+        async with self._lock:
+            if self._attempted_at != attempted and not force:
+                return  # another task refreshed while we waited
+            self._attempted_at = time.monotonic()
+            self.fetch_count += 1
+            try:
+                document = await self._fetch()
+                self._keys = KeySet.import_key_set(document)  # type: ignore[arg-type]
+                self._fetched_at = time.monotonic()
+            except (httpx.HTTPError, ValueError, KeyError, JoseError):
+                if self._keys is None:
+                    raise TokenRejected("issuer keys are unavailable") from None
+
+
+def http_jwks_fetcher(url: str, *, timeout: float = 5.0, max_bytes: int = 256_000) -> KeyFetcher:
+    async def fetch() -> dict[str, Any]:
+        async with httpx.AsyncClient(timeout=timeout, follow_redirects=False) as client:
+            response = await client.get(url, headers={"Accept": "application/json"})
+            response.raise_for_status()
+            if len(response.content) > max_bytes:
+                raise ValueError("JWKS document too large")
+            document: dict[str, Any] = response.json()
+            return document
+
+    return fetch
+
+
+@dataclass(frozen=True)
+class TrustedIssuer:
+    issuer: str
+    audience: str
+    algorithms: tuple[str, ...]
+    keys: CachedKeySet
+    require_typ: bool = True
+    require_jti: bool = True
+    embedded: bool = False
+    tenant_claim: str = "tenant"
+    subject_claim: str = "sub"
+    scope_claim: str = "scope"
+    client_id_claim: str = "client_id"
+
+
+@dataclass(frozen=True)
+class VerifiedToken:
+    issuer: TrustedIssuer
+    tenant_id: uuid.UUID
+    subject: str
+    client_id: str
+    scopes: frozenset[str]
+    token_id: str
+    act: dict[str, Any] | None
+    claims: dict[str, Any]
+
+
+class TokenVerifier:
+    def __init__(self, issuers: list[TrustedIssuer], *, leeway: int, max_ttl: int) -> None:
+        self._issuers = {issuer.issuer: issuer for issuer in issuers}
+        self._leeway = leeway
+        self._max_ttl = max_ttl
+
+    async def verify(self, token: str) -> VerifiedToken:
+        if len(token) > MAX_TOKEN_BYTES:
+            raise TokenRejected("token too large")
+        header, unverified = _peek(token)
+        issuer = self._issuers.get(unverified.get("iss"))  # type: ignore[arg-type]
+        if issuer is None:
+            raise TokenRejected("untrusted issuer")
+        alg = header.get("alg")
+        if alg not in issuer.algorithms:
+            raise TokenRejected("algorithm not allowed for this issuer")
+        kid = header.get("kid")
+        if not isinstance(kid, str) or not kid or len(kid) > MAX_KID_CHARS:
+            raise TokenRejected("missing or invalid key id")
+        keys = await issuer.keys.find(kid)
+        if keys is None:
+            raise TokenRejected("unknown key id")
+        try:
+            decoded = jwt.decode(token, keys, algorithms=list(issuer.algorithms))
+        except (JoseError, ValueError) as exc:
+            raise TokenRejected("bad signature or malformed token") from exc
+        if issuer.require_typ and str(decoded.header.get("typ", "")).lower() not in (
+            ACCESS_TOKEN_TYPES
+        ):
+            raise TokenRejected("token type is not at+jwt")
+        claims = decoded.claims
+        self._check_claims(issuer, claims)
+        return _to_verified(issuer, claims)
+
+    def _check_claims(self, issuer: TrustedIssuer, claims: dict[str, Any]) -> None:
+        required: dict[str, Any] = {
+            "iss": {"essential": True, "value": issuer.issuer},
+            "aud": {"essential": True, "value": issuer.audience},
+            "exp": {"essential": True},
+            "iat": {"essential": True},
+            issuer.subject_claim: {"essential": True},
+        }
+        if issuer.require_jti:
+            required["jti"] = {"essential": True}
+        try:
+            JWTClaimsRegistry(leeway=self._leeway, **required).validate(claims)
+        except JoseError as exc:
+            raise TokenRejected(f"claim check failed: {exc.error}") from exc
+        if claims["exp"] - claims["iat"] > self._max_ttl:
+            raise TokenRejected("token lifetime exceeds the maximum")
+
+
+def _peek(token: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Header and claims before verification, only to pick the issuer and key."""
+    try:
+        compact = jws.extract_compact(token.encode("ascii"))
+        payload = json.loads(compact.payload)
+    except (JoseError, ValueError, UnicodeError) as exc:
+        raise TokenRejected("malformed token") from exc
+    if not isinstance(payload, dict):
+        raise TokenRejected("malformed token")
+    return dict(compact.headers()), payload
+
+
+def _to_verified(issuer: TrustedIssuer, claims: dict[str, Any]) -> VerifiedToken:
+    try:
+        tenant_id = uuid.UUID(str(claims.get(issuer.tenant_claim)))
+    except ValueError:
+        raise TokenRejected("token carries no valid tenant") from None
+    subject = claims.get(issuer.subject_claim)
+    if not isinstance(subject, str) or not subject:
+        raise TokenRejected("token carries no subject")
+    act = claims.get("act")
+    return VerifiedToken(
+        issuer=issuer,
+        tenant_id=tenant_id,
+        subject=subject,
+        client_id=str(claims.get(issuer.client_id_claim) or claims.get("azp") or ""),
+        scopes=parse_scopes(claims.get(issuer.scope_claim, claims.get("scp"))),
+        token_id=str(claims.get("jti") or claims.get("uti") or ""),
+        act=act if isinstance(act, dict) else None,
+        claims=claims,
+    )

@@ -1,0 +1,1 @@
+"""Database layer: declarative models, engine/session factory, embedded PostgreSQL."""

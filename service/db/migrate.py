@@ -1,0 +1,41 @@
+"""Alembic, driven from code: `memgate migrate`, `memgate serve` and the test fixtures all run
+the same migrations in `migrations/`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from alembic.script import ScriptDirectory
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from service.db.session import async_url
+
+MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
+
+
+def alembic_config(database_url: str) -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    config.set_main_option("sqlalchemy.url", async_url(database_url).replace("%", "%%"))
+    return config
+
+
+def upgrade(database_url: str, revision: str = "head") -> None:
+    command.upgrade(alembic_config(database_url), revision)
+
+
+def downgrade(database_url: str, revision: str) -> None:
+    command.downgrade(alembic_config(database_url), revision)
+
+
+def head_revision() -> str | None:
+    script = ScriptDirectory(str(MIGRATIONS_DIR))
+    return script.get_current_head()
+
+
+async def at_head(session: AsyncSession) -> bool:
+    current = await session.scalar(text("SELECT version_num FROM alembic_version"))
+    return current is not None and current == head_revision()

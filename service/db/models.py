@@ -1,0 +1,235 @@
+"""Tables. Every tenant-owned table leads its primary key with `tenant_id` (Citus-ready).
+
+`signing_keys` is the one platform table: keys belong to the issuer, not to a tenant.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from pgvector.sqlalchemy import Vector
+from sqlalchemy import (
+    BigInteger,
+    CheckConstraint,
+    Computed,
+    DateTime,
+    ForeignKeyConstraint,
+    Index,
+    Integer,
+    LargeBinary,
+    PrimaryKeyConstraint,
+    Text,
+    UniqueConstraint,
+    func,
+    text,
+)
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TSVECTOR, UUID
+from sqlalchemy.orm import Mapped, mapped_column
+
+from service.db.base import Base
+
+EMBEDDING_DIMENSIONS = 256
+"""The schema's vector size. The service refuses to start with a model of another size."""
+
+MEMORY_KINDS = ("fact", "preference", "decision", "episode", "summary", "document")
+LIVE_ROW = "superseded_at IS NULL AND revoked_at IS NULL"
+
+
+def _now() -> Any:
+    return mapped_column(DateTime(timezone=True), nullable=False, server_default=func.now())
+
+
+class Tenant(Base):
+    __tablename__ = "tenants"
+
+    tenant_id: Mapped[uuid.UUID] = mapped_column(UUID, primary_key=True)
+    name: Mapped[str] = mapped_column(Text, nullable=False)
+    policy_version: Mapped[int] = mapped_column(BigInteger, nullable=False, server_default="1")
+    created_at: Mapped[datetime] = _now()
+
+
+class Principal(Base):
+    """A user, agent or service inside a tenant. `external_subject` maps an external IdP's `sub`."""
+
+    __tablename__ = "principals"
+    __table_args__ = (
+        PrimaryKeyConstraint("tenant_id", "id"),
+        ForeignKeyConstraint(["tenant_id"], ["tenants.tenant_id"], ondelete="CASCADE"),
+        CheckConstraint("kind IN ('user', 'agent', 'service')", name="kind"),
+        Index(
+            "uq_principals_external",
+            "tenant_id",
+            "external_issuer",
+            "external_subject",
+            unique=True,
+            postgresql_where=text("external_subject IS NOT NULL"),
+        ),
+    )
+
+    tenant_id: Mapped[uuid.UUID] = mapped_column(UUID)
+    id: Mapped[uuid.UUID] = mapped_column(UUID)
+    kind: Mapped[str] = mapped_column(Text, nullable=False)
+    display_name: Mapped[str] = mapped_column(Text, nullable=False)
+    external_issuer: Mapped[str | None] = mapped_column(Text)
+    external_subject: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = _now()
+    disabled_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class Client(Base):
+    """An OAuth client of the embedded issuer. Each serves exactly one principal (its `sub`)."""
+
+    __tablename__ = "clients"
+    __table_args__ = (
+        PrimaryKeyConstraint("tenant_id", "client_id"),
+        UniqueConstraint("client_id"),
+        ForeignKeyConstraint(
+            ["tenant_id", "principal_id"], ["principals.tenant_id", "principals.id"]
+        ),
+        CheckConstraint("kind IN ('agent', 'admin')", name="kind"),
+    )
+
+    tenant_id: Mapped[uuid.UUID] = mapped_column(UUID)
+    client_id: Mapped[uuid.UUID] = mapped_column(UUID)
+    principal_id: Mapped[uuid.UUID] = mapped_column(UUID, nullable=False)
+    kind: Mapped[str] = mapped_column(Text, nullable=False)
+    name: Mapped[str] = mapped_column(Text, nullable=False)
+    secret_hash: Mapped[str] = mapped_column(Text, nullable=False)
+    allowed_scopes: Mapped[list[str]] = mapped_column(ARRAY(Text), nullable=False)
+    created_at: Mapped[datetime] = _now()
+    disabled_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class SigningKey(Base):
+    """Embedded issuer keys: `next` is published before use, `active` signs, `retired` verifies."""
+
+    __tablename__ = "signing_keys"
+    __table_args__ = (
+        CheckConstraint("state IN ('next', 'active', 'retired')", name="state"),
+        Index("uq_signing_keys_one_active", "state", unique=True,
+              postgresql_where=text("state = 'active'")),
+    )
+
+    kid: Mapped[str] = mapped_column(Text, primary_key=True)
+    alg: Mapped[str] = mapped_column(Text, nullable=False)
+    state: Mapped[str] = mapped_column(Text, nullable=False)
+    public_jwk: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False)
+    private_key_encrypted: Mapped[bytes] = mapped_column(LargeBinary, nullable=False)
+    created_at: Mapped[datetime] = _now()
+    activated_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    retired_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class Space(Base):
+    """The unit of access. Today every principal has one personal space; teams come later."""
+
+    __tablename__ = "spaces"
+    __table_args__ = (
+        PrimaryKeyConstraint("tenant_id", "id"),
+        ForeignKeyConstraint(["tenant_id"], ["tenants.tenant_id"], ondelete="CASCADE"),
+        ForeignKeyConstraint(["tenant_id", "parent_id"], ["spaces.tenant_id", "spaces.id"]),
+        CheckConstraint("kind IN ('personal', 'team', 'tenant')", name="kind"),
+        Index(
+            "uq_spaces_personal_owner",
+            "tenant_id",
+            "owner_id",
+            unique=True,
+            postgresql_where=text("kind = 'personal'"),
+        ),
+    )
+
+    tenant_id: Mapped[uuid.UUID] = mapped_column(UUID)
+    id: Mapped[uuid.UUID] = mapped_column(UUID)
+    kind: Mapped[str] = mapped_column(Text, nullable=False)
+    name: Mapped[str] = mapped_column(Text, nullable=False)
+    owner_id: Mapped[uuid.UUID | None] = mapped_column(UUID)
+    parent_id: Mapped[uuid.UUID | None] = mapped_column(UUID)
+    created_at: Mapped[datetime] = _now()
+
+
+class Memory(Base):
+    """One memory with every lifecycle column of DESIGN §5 (later issues add behaviour, not
+    columns). Reads go through `service.policy.visible` only."""
+
+    __tablename__ = "memories"
+    __table_args__ = (
+        PrimaryKeyConstraint("tenant_id", "id"),
+        ForeignKeyConstraint(["tenant_id", "space_id"], ["spaces.tenant_id", "spaces.id"]),
+        CheckConstraint(
+            "kind IN ('fact', 'preference', 'decision', 'episode', 'summary', 'document')",
+            name="kind",
+        ),
+        # Exact pre-filtered search reads this covering index only (perf.md §3.3): a tenant's
+        # live vectors sit together, so the scan costs ~1 µs per visible row.
+        Index(
+            "ix_memories_visible_scan",
+            "tenant_id",
+            "space_id",
+            postgresql_include=["id", "expires_at", "read_requires", "embedding"],
+            postgresql_where=text(LIVE_ROW),
+        ),
+        # At most one live memory per (space, subject, kind, key): supersession's invariant.
+        Index(
+            "uq_memories_live_key",
+            "tenant_id",
+            "space_id",
+            "subject",
+            "kind",
+            "key",
+            unique=True,
+            postgresql_where=text(LIVE_ROW),
+        ),
+        Index("ix_memories_lexical", "lexical", postgresql_using="gin"),
+    )
+
+    tenant_id: Mapped[uuid.UUID] = mapped_column(UUID)
+    id: Mapped[uuid.UUID] = mapped_column(UUID)
+    space_id: Mapped[uuid.UUID] = mapped_column(UUID, nullable=False)
+    owner_id: Mapped[uuid.UUID] = mapped_column(UUID, nullable=False)
+    writer_id: Mapped[uuid.UUID] = mapped_column(UUID, nullable=False)
+    client_id: Mapped[str] = mapped_column(Text, nullable=False)
+    act: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    subject: Mapped[str] = mapped_column(Text, nullable=False)
+    kind: Mapped[str] = mapped_column(Text, nullable=False)
+    key: Mapped[str] = mapped_column(Text, nullable=False)
+    value: Mapped[str] = mapped_column(Text, nullable=False)
+    content_hash: Mapped[bytes] = mapped_column(LargeBinary, nullable=False)
+    embedding: Mapped[Any] = mapped_column(Vector(EMBEDDING_DIMENSIONS), nullable=False)
+    embedding_model: Mapped[str] = mapped_column(Text, nullable=False)
+    lexical: Mapped[Any] = mapped_column(
+        TSVECTOR, Computed("to_tsvector('simple', value)", persisted=True)
+    )
+    valid_from: Mapped[datetime] = _now()
+    valid_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    recorded_at: Mapped[datetime] = _now()
+    superseded_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    superseded_by: Mapped[uuid.UUID | None] = mapped_column(UUID)
+    supersedes: Mapped[uuid.UUID | None] = mapped_column(UUID)
+    expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    derived_from: Mapped[list[uuid.UUID]] = mapped_column(
+        ARRAY(UUID), nullable=False, server_default="{}"
+    )
+    read_requires: Mapped[list[uuid.UUID]] = mapped_column(
+        ARRAY(UUID), nullable=False, server_default="{}"
+    )
+    source: Mapped[str | None] = mapped_column(Text)
+    metadata_: Mapped[dict[str, Any]] = mapped_column(
+        "metadata", JSONB, nullable=False, server_default="{}"
+    )
+    version: Mapped[int] = mapped_column(Integer, nullable=False, server_default="1")
+
+
+__all__ = [
+    "EMBEDDING_DIMENSIONS",
+    "LIVE_ROW",
+    "MEMORY_KINDS",
+    "Client",
+    "Memory",
+    "Principal",
+    "SigningKey",
+    "Space",
+    "Tenant",
+]

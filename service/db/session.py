@@ -1,0 +1,30 @@
+"""Engine and session factory. The request (or job run) owns the transaction; services never
+commit."""
+
+from __future__ import annotations
+
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
+
+
+def async_url(url: str) -> str:
+    """Accept the usual spellings of a PostgreSQL URL and pin the psycopg 3 driver."""
+    for prefix in ("postgresql+psycopg://", "postgresql://", "postgres://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url[len(prefix) :]
+    raise ValueError("DATABASE_URL must be a postgresql:// URL")
+
+
+def create_engine(url: str, *, pool_size: int = 10) -> AsyncEngine:
+    # prepare_threshold=None keeps every statement on a custom plan: a generic plan silently drops
+    # partial indexes and made filtered search 100x slower in perf.md §3.2.
+    return create_async_engine(
+        async_url(url),
+        pool_size=pool_size,
+        max_overflow=pool_size,
+        pool_pre_ping=True,
+        connect_args={"prepare_threshold": None},
+    )
+
+
+def create_sessionmaker(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
+    return async_sessionmaker(engine, expire_on_commit=False, autoflush=False)

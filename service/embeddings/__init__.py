@@ -1,0 +1,6 @@
+"""Embedding providers behind one protocol; WordLlama (offline) is the default."""
+
+from service.embeddings.base import Embedder, EmbeddingFailed, EmbeddingInvalid, check_vectors
+from service.embeddings.factory import create_embedder
+
+__all__ = ["Embedder", "EmbeddingFailed", "EmbeddingInvalid", "check_vectors", "create_embedder"]

@@ -1,0 +1,84 @@
+"""HTTP embedding providers: Ollama (`/api/embed`) and OpenAI-compatible (`/v1/embeddings`),
+with a timeout, bounded retries on transient failures, and the same vector checks."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+import httpx
+
+from service.embeddings.base import EmbeddingFailed, EmbeddingInvalid, check_vectors
+
+_TRANSIENT_STATUS = {408, 429, 500, 502, 503, 504}
+
+
+class HttpEmbedder:
+    def __init__(
+        self,
+        *,
+        flavor: str,
+        base_url: str,
+        model: str,
+        dimensions: int,
+        api_key: str = "",
+        timeout: float = 10.0,
+        retries: int = 2,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        if flavor not in {"ollama", "openai"}:
+            raise ValueError(f"unknown HTTP embedding provider {flavor!r}")
+        self._flavor = flavor
+        self._model = model
+        self._dimensions = dimensions
+        self._retries = retries
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._client = httpx.AsyncClient(
+            base_url=base_url.rstrip("/"), timeout=timeout, headers=headers, transport=transport
+        )
+
+    @property
+    def model_id(self) -> str:
+        return f"{self._flavor}/{self._model}"
+
+    @property
+    def dimensions(self) -> int:
+        return self._dimensions
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        body = await self._post_with_retries(list(texts))
+        return check_vectors(self._vectors(body), len(texts), self._dimensions)
+
+    async def _post_with_retries(self, texts: list[str]) -> Any:
+        path = "/api/embed" if self._flavor == "ollama" else "/v1/embeddings"
+        payload = {"model": self._model, "input": texts}
+        for attempt in range(self._retries + 1):
+            try:
+                response = await self._client.post(path, json=payload)
+            except httpx.TransportError:
+                response = None
+            if response is not None and response.status_code not in _TRANSIENT_STATUS:
+                if response.is_error:
+                    raise EmbeddingFailed(
+                        f"The embedding provider refused the request (HTTP {response.status_code})."
+                    )
+                try:
+                    return response.json()
+                except ValueError:
+                    raise EmbeddingInvalid("The embedding provider returned non-JSON.") from None
+            if attempt < self._retries:
+                await asyncio.sleep(0.2 * 2**attempt)
+        raise EmbeddingFailed("The embedding provider is unreachable or keeps failing.")
+
+    def _vectors(self, body: Any) -> list[list[float]]:
+        try:
+            if self._flavor == "ollama":
+                return list(body["embeddings"])
+            data = sorted(body["data"], key=lambda item: item["index"])
+            return [item["embedding"] for item in data]
+        except (KeyError, TypeError):
+            raise EmbeddingInvalid("The embedding provider's answer has an unexpected shape.") from None

@@ -1,0 +1,1 @@
+"""Cross-cutting HTTP: dependencies, problem mapping, health, request context."""

@@ -1,0 +1,80 @@
+"""The one exception map: everything leaves as `application/problem+json`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import structlog
+from litestar import Request, Response
+from litestar.exceptions import (
+    HTTPException,
+    MethodNotAllowedException,
+    NotFoundException,
+    ValidationException,
+)
+from litestar.status_codes import HTTP_413_REQUEST_ENTITY_TOO_LARGE
+
+from service.problems import (
+    BodyTooLarge,
+    InternalError,
+    InvalidRequest,
+    MalformedRequest,
+    MethodNotAllowed,
+    Problem,
+    RouteNotFound,
+)
+
+PROBLEM_JSON = "application/problem+json"
+_log = structlog.get_logger("memgate.errors")
+
+
+def problem_response(problem: Problem, request: Request[Any, Any, Any]) -> Response[Any]:
+    return Response(
+        problem.to_body(instance=request.url.path),
+        status_code=problem.status,
+        media_type=PROBLEM_JSON,
+        headers=problem.headers(),
+    )
+
+
+def _validation_problem(exc: ValidationException) -> Problem:
+    errors: list[dict[str, Any]] = []
+    for item in exc.extra or []:
+        if isinstance(item, dict):
+            errors.append({
+                "field": item.get("key") or "body",
+                "source": item.get("source", "body"),
+                "message": item.get("message", ""),
+            })
+    detail_text = str(exc.detail or "")
+    if not errors and "JSON" in detail_text:
+        return MalformedRequest(
+            "The request body is not valid JSON. Send a JSON object with "
+            "'Content-Type: application/json'."
+        )
+    summary = "; ".join(f"{e['field']}: {e['message']}" for e in errors) or detail_text
+    return InvalidRequest(f"The request did not validate: {summary}", errors=errors)
+
+
+def to_problem(exc: Exception) -> Problem:
+    if isinstance(exc, Problem):
+        return exc
+    if isinstance(exc, ValidationException):
+        return _validation_problem(exc)
+    if isinstance(exc, NotFoundException):
+        return RouteNotFound("No route matches this path. See /schema for the API.")
+    if isinstance(exc, MethodNotAllowedException):
+        return MethodNotAllowed(f"{exc.detail}. See /schema for the allowed methods.")
+    if isinstance(exc, HTTPException) and exc.status_code == HTTP_413_REQUEST_ENTITY_TOO_LARGE:
+        return BodyTooLarge("The request body is larger than the server accepts.")
+    if isinstance(exc, HTTPException) and exc.status_code < 500:
+        return MalformedRequest(str(exc.detail))
+    return InternalError("Something failed on our side; it was logged. Retry later.")
+
+
+def handle_exception(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
+    problem = to_problem(exc)
+    if problem.status >= 500 and not isinstance(exc, Problem):
+        # Exception type only: messages of driver errors can carry SQL and values.
+        _log.error("unhandled_error", error_type=type(exc).__name__)
+    return problem_response(problem, request)

@@ -1,0 +1,31 @@
+"""Liveness and readiness probes."""
+
+from __future__ import annotations
+
+from litestar import Controller, Response, get
+from sqlalchemy.exc import SQLAlchemyError
+
+from service.db.migrate import at_head
+from service.runtime import Runtime
+
+
+class HealthController(Controller):
+    tags = ["operations"]
+    opt = {"exclude_from_auth": True}
+
+    @get("/healthz")
+    async def healthz(self) -> dict[str, str]:
+        """The process is up."""
+        return {"status": "ok"}
+
+    @get("/readyz")
+    async def readyz(self, runtime: Runtime) -> Response[dict[str, str]]:
+        """The database answers and its schema is at the migrations' head."""
+        try:
+            async with runtime.sessionmaker() as session:
+                ready = await at_head(session)
+        except (SQLAlchemyError, OSError):
+            return Response({"status": "database unreachable"}, status_code=503)
+        if not ready:
+            return Response({"status": "migrations not at head"}, status_code=503)
+        return Response({"status": "ready"})

@@ -1,0 +1,1 @@
+"""Tenants, principals and OAuth clients: who exists and how they get tokens."""

@@ -1,0 +1,222 @@
+"""Create tenants, principals and clients. Services never commit; the caller owns the transaction.
+
+Every lookup carries the caller's tenant (from the token): another tenant's id is simply not
+found.
+"""
+
+from __future__ import annotations
+
+import secrets
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from sqlalchemy import select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from service.auth.issuer import hash_secret
+from service.auth.scopes import ADMIN_SCOPES, ALL_SCOPES
+from service.db.base import uuid7
+from service.db.models import Client, Principal, Space, Tenant
+from service.identity.problems import (
+    ClientNotFound,
+    ExternalSubjectTaken,
+    PrincipalNotFound,
+    ScopeNotAllowed,
+)
+from service.identity.schemas import (
+    ClientCreate,
+    ClientCreated,
+    ClientOut,
+    PrincipalCreate,
+    PrincipalOut,
+)
+
+LIST_LIMIT = 500
+
+
+def new_client_secret() -> str:
+    return "mgs_" + secrets.token_urlsafe(32)
+
+
+class IdentityService:
+    def __init__(self, session: AsyncSession, tenant_id: uuid.UUID) -> None:
+        self._session = session
+        self._tenant_id = tenant_id
+
+    async def create_principal(self, data: PrincipalCreate) -> PrincipalOut:
+        principal = Principal(
+            tenant_id=self._tenant_id,
+            id=uuid7(),
+            kind=data.kind,
+            display_name=data.display_name,
+            external_issuer=data.external_issuer if data.external_subject else None,
+            external_subject=data.external_subject,
+        )
+        space = Space(
+            tenant_id=self._tenant_id,
+            id=uuid7(),
+            kind="personal",
+            name=f"personal:{principal.id}",
+            owner_id=principal.id,
+        )
+        try:
+            async with self._session.begin_nested():
+                self._session.add(principal)
+                await self._session.flush()
+                self._session.add(space)
+                await self._session.flush()
+        except IntegrityError:
+            raise ExternalSubjectTaken(
+                "Another principal already maps this external issuer and subject."
+            ) from None
+        await self._session.refresh(principal)
+        return _principal_out(principal, space.id)
+
+    async def get_principal(self, principal_id: uuid.UUID) -> PrincipalOut:
+        row = await self._session.get(Principal, (self._tenant_id, principal_id))
+        if row is None:
+            raise PrincipalNotFound(f"No principal {principal_id} in your tenant.")
+        return _principal_out(row, await self._personal_space(row.id))
+
+    async def list_principals(self) -> list[PrincipalOut]:
+        rows = await self._session.execute(
+            select(Principal, Space.id)
+            .outerjoin(
+                Space,
+                (Space.tenant_id == Principal.tenant_id)
+                & (Space.owner_id == Principal.id)
+                & (Space.kind == "personal"),
+            )
+            .where(Principal.tenant_id == self._tenant_id)
+            .order_by(Principal.id)
+            .limit(LIST_LIMIT)
+        )
+        return [_principal_out(principal, space_id) for principal, space_id in rows.all()]
+
+    async def create_client(self, data: ClientCreate) -> ClientCreated:
+        scopes = _checked_scopes(data.kind, data.scopes)
+        if await self._session.get(Principal, (self._tenant_id, data.principal_id)) is None:
+            raise PrincipalNotFound(f"No principal {data.principal_id} in your tenant.")
+        secret = new_client_secret()
+        client = Client(
+            tenant_id=self._tenant_id,
+            client_id=uuid.uuid4(),
+            principal_id=data.principal_id,
+            kind=data.kind,
+            name=data.name,
+            secret_hash=hash_secret(secret),
+            allowed_scopes=sorted(scopes),
+        )
+        self._session.add(client)
+        await self._session.flush()
+        await self._session.refresh(client)
+        return ClientCreated(client=_client_out(client), client_secret=secret)
+
+    async def get_client(self, client_id: uuid.UUID) -> ClientOut:
+        row = await self._session.get(Client, (self._tenant_id, client_id))
+        if row is None:
+            raise ClientNotFound(f"No client {client_id} in your tenant.")
+        return _client_out(row)
+
+    async def list_clients(self) -> list[ClientOut]:
+        rows = await self._session.scalars(
+            select(Client)
+            .where(Client.tenant_id == self._tenant_id)
+            .order_by(Client.created_at, Client.client_id)
+            .limit(LIST_LIMIT)
+        )
+        return [_client_out(row) for row in rows.all()]
+
+    async def disable_client(self, client_id: uuid.UUID) -> ClientOut:
+        row = await self._session.scalar(
+            update(Client)
+            .where(Client.tenant_id == self._tenant_id, Client.client_id == client_id)
+            .values(disabled_at=datetime.now(UTC))
+            .returning(Client)
+        )
+        if row is None:
+            raise ClientNotFound(f"No client {client_id} in your tenant.")
+        return _client_out(row)
+
+    async def _personal_space(self, principal_id: uuid.UUID) -> uuid.UUID | None:
+        found: uuid.UUID | None = await self._session.scalar(
+            select(Space.id).where(
+                Space.tenant_id == self._tenant_id,
+                Space.owner_id == principal_id,
+                Space.kind == "personal",
+            )
+        )
+        return found
+
+
+def _checked_scopes(kind: str, requested: list[str]) -> set[str]:
+    scopes = set(requested)
+    unknown = scopes - ALL_SCOPES
+    if unknown:
+        raise ScopeNotAllowed(
+            f"Unknown scopes: {', '.join(sorted(unknown))}. Known: {', '.join(sorted(ALL_SCOPES))}."
+        )
+    if kind == "agent" and scopes & ADMIN_SCOPES:
+        raise ScopeNotAllowed(
+            "Admin scopes are never granted to agent clients: "
+            f"{', '.join(sorted(scopes & ADMIN_SCOPES))}. Register an admin client instead."
+        )
+    return scopes
+
+
+def _principal_out(row: Principal, space_id: uuid.UUID | None) -> PrincipalOut:
+    return PrincipalOut(
+        id=row.id,
+        kind=row.kind,
+        display_name=row.display_name,
+        personal_space_id=space_id,
+        external_issuer=row.external_issuer,
+        external_subject=row.external_subject,
+        created_at=row.created_at,
+        disabled_at=row.disabled_at,
+    )
+
+
+def _client_out(row: Client) -> ClientOut:
+    return ClientOut(
+        client_id=row.client_id,
+        principal_id=row.principal_id,
+        name=row.name,
+        kind=row.kind,
+        scopes=list(row.allowed_scopes),
+        created_at=row.created_at,
+        disabled_at=row.disabled_at,
+    )
+
+
+@dataclass(frozen=True)
+class BootstrapResult:
+    tenant_id: uuid.UUID
+    admin_principal_id: uuid.UUID
+    client_id: uuid.UUID
+    client_secret: str
+
+
+async def create_tenant(session: AsyncSession, name: str) -> BootstrapResult:
+    """A tenant with an admin user and an admin client holding every scope."""
+    tenant = Tenant(tenant_id=uuid.uuid4(), name=name)
+    session.add(tenant)
+    await session.flush()
+    identity = IdentityService(session, tenant.tenant_id)
+    admin = await identity.create_principal(PrincipalCreate(kind="user", display_name="admin"))
+    created = await identity.create_client(
+        ClientCreate(principal_id=admin.id, name="bootstrap-admin", kind="admin",
+                     scopes=sorted(ALL_SCOPES))
+    )
+    return BootstrapResult(
+        tenant_id=tenant.tenant_id,
+        admin_principal_id=admin.id,
+        client_id=created.client.client_id,
+        client_secret=created.client_secret,
+    )
+
+
+async def any_tenant(session: AsyncSession) -> bool:
+    return await session.scalar(select(Tenant.tenant_id).limit(1)) is not None

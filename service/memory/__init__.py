@@ -1,0 +1,1 @@
+"""Memories: learn (write, supersede), recall (get, list, search), forget (delete)."""

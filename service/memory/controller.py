@@ -1,0 +1,87 @@
+"""HTTP routes of the memory API: learn, recall, forget."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from litestar import Controller, Request, delete, get, post
+from litestar.params import Parameter
+from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from service.auth.guards import requires
+from service.auth.principal import Principal
+from service.auth.scopes import Scope
+from service.http.params import parse_id
+from service.memory.repository import MemoryFilters
+from service.memory.schemas import (
+    Kind,
+    MemoryCreate,
+    MemoryOut,
+    MemoryPage,
+    MemoryWritten,
+    SearchRequest,
+    SearchResult,
+)
+from service.memory.service import MemoryService
+from service.runtime import Runtime
+
+AuthedRequest = Request[Principal, object, object]
+
+
+def _service(session: AsyncSession, runtime: Runtime) -> MemoryService:
+    return MemoryService(session, runtime.embedder, runtime.settings.memory)
+
+
+class MemoryController(Controller):
+    path = "/v1/memories"
+    tags = ["memories"]
+
+    @post("/", status_code=HTTP_201_CREATED, guards=[requires(Scope.WRITE_MEMORY)])
+    async def remember(
+        self, request: AuthedRequest, data: MemoryCreate, db: AsyncSession, runtime: Runtime
+    ) -> MemoryWritten:
+        """Write a memory into one of your spaces (default: your personal space). A memory with
+        the same subject, kind and key in that space supersedes the live one."""
+        return await _service(db, runtime).write(request.user, data)
+
+    @get("/", guards=[requires(Scope.READ_MEMORY)])
+    async def list_memories(
+        self,
+        request: AuthedRequest,
+        db: AsyncSession,
+        runtime: Runtime,
+        subject: str | None = None,
+        kind: Kind | None = None,
+        key: str | None = None,
+        cursor: str | None = None,
+        limit: Annotated[int | None, Parameter(description="Page size (1-100, default 50).")]
+        = None,
+    ) -> MemoryPage:
+        """List live memories visible to you, newest first, with cursor pagination."""
+        filters = MemoryFilters(subject=subject, kind=kind, key=key)
+        return await _service(db, runtime).list(request.user, filters, cursor, limit)
+
+    @post("/search", status_code=200, guards=[requires(Scope.READ_MEMORY)])
+    async def search(
+        self, request: AuthedRequest, data: SearchRequest, db: AsyncSession, runtime: Runtime
+    ) -> SearchResult:
+        """Rank the live memories visible to you by similarity to `query`; at most `k` hits, each
+        with score and provenance. `min_score` lets the answer be "nothing relevant"."""
+        return await _service(db, runtime).search(request.user, data)
+
+    @get("/{memory_id:str}", guards=[requires(Scope.READ_MEMORY)])
+    async def recall(
+        self, request: AuthedRequest, memory_id: str, db: AsyncSession, runtime: Runtime
+    ) -> MemoryOut:
+        """Get one memory by id (superseded versions included, with their links)."""
+        return await _service(db, runtime).get(request.user, parse_id(memory_id))
+
+    @delete(
+        "/{memory_id:str}", status_code=HTTP_204_NO_CONTENT, guards=[requires(Scope.DELETE_MEMORY)]
+    )
+    async def forget(
+        self, request: AuthedRequest, memory_id: str, db: AsyncSession, runtime: Runtime
+    ) -> None:
+        """Delete one memory. Needs `delete:memory`; `write:memory` does not imply it."""
+        await _service(db, runtime).delete(request.user, parse_id(memory_id))

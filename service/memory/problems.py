@@ -1,0 +1,30 @@
+"""Problems of the memory API."""
+
+from __future__ import annotations
+
+from service.problems import Problem
+
+
+class MemoryNotFound(Problem, slug="memory-not-found", status=404, title="Memory not found"):
+    """No memory with this id is visible to the caller. Missing, expired, another tenant's and
+    invisible ids answer the same bytes."""
+
+
+class SpaceNotFound(Problem, slug="space-not-found", status=404, title="Space not found"):
+    """The target space does not exist or the caller cannot write there."""
+
+
+class BadCursor(Problem, slug="bad-cursor", status=400, title="Bad cursor"):
+    """The pagination cursor was not produced by this API (or was altered)."""
+
+
+class ValueTooLong(Problem, slug="value-too-long", status=422, title="Value too long"):
+    """The memory value exceeds the configured maximum length."""
+
+
+class KOutOfRange(Problem, slug="k-out-of-range", status=422, title="k out of range"):
+    """A search asked for more results than allowed (or fewer than one)."""
+
+
+class NoWritableSpace(Problem, slug="no-writable-space", status=403, title="No writable space"):
+    """The caller has no space it may write to."""

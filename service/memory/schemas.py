@@ -1,0 +1,108 @@
+"""Wire shapes of the memory API (snake_case JSON; unknown fields are refused)."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+import msgspec
+
+Kind = Literal["fact", "preference", "decision", "episode", "summary", "document"]
+Status = Literal["live", "superseded", "expired"]
+
+Subject = Annotated[
+    str,
+    msgspec.Meta(
+        min_length=1,
+        max_length=200,
+        pattern=r"^[^\s\x00-\x1f]+$",
+        description='Who or what the memory is about, e.g. "service:billing" or "user:42".',
+    ),
+]
+Key = Annotated[
+    str,
+    msgspec.Meta(
+        min_length=1,
+        max_length=200,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:/-]*$",
+        description='Stable name of the fact, e.g. "deploy.window"; same key = new version.',
+    ),
+]
+Value = Annotated[str, msgspec.Meta(min_length=1, description="The memory text.")]
+TtlSeconds = Annotated[int, msgspec.Meta(ge=1, le=315_360_000)]
+Source = Annotated[str, msgspec.Meta(max_length=200)]
+
+
+class MemoryCreate(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    subject: Subject
+    kind: Kind
+    key: Key
+    value: Value
+    ttl_seconds: TtlSeconds | None = None
+    valid_from: datetime | None = None
+    metadata: dict[str, Any] | None = None
+    source: Source | None = None
+    space_id: uuid.UUID | None = None
+
+
+class SearchFilters(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    subject: Subject | None = None
+    kind: Kind | None = None
+    key: Key | None = None
+
+
+class SearchRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    query: Annotated[str, msgspec.Meta(min_length=1, max_length=4096)]
+    k: int | None = None
+    min_score: Annotated[float, msgspec.Meta(ge=-1.0, le=1.0)] | None = None
+    filters: SearchFilters | None = None
+
+
+class Provenance(msgspec.Struct, kw_only=True):
+    writer_id: uuid.UUID
+    client_id: str
+    act: dict[str, Any] | None
+    source: str | None
+    recorded_at: datetime
+    derived_from: list[uuid.UUID]
+    embedding_model: str
+
+
+class MemoryOut(msgspec.Struct, kw_only=True):
+    id: uuid.UUID
+    space_id: uuid.UUID
+    subject: str
+    kind: str
+    key: str
+    value: str
+    status: Status
+    valid_from: datetime
+    valid_until: datetime | None
+    expires_at: datetime | None
+    supersedes: uuid.UUID | None
+    superseded_by: uuid.UUID | None
+    metadata: dict[str, Any]
+    version: int
+    provenance: Provenance
+
+
+class MemoryWritten(msgspec.Struct, kw_only=True):
+    memory: MemoryOut
+    superseded: list[uuid.UUID]
+
+
+class MemoryPage(msgspec.Struct, kw_only=True):
+    items: list[MemoryOut]
+    next_cursor: str | None
+
+
+class SearchHit(msgspec.Struct, kw_only=True):
+    score: float
+    memory: MemoryOut
+
+
+class SearchResult(msgspec.Struct, kw_only=True):
+    hits: list[SearchHit]
+    k: int
+    min_score: float | None

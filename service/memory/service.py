@@ -1,0 +1,273 @@
+"""Learn, recall, forget. No HTTP types here, and no commits: the caller owns the transaction."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import unicodedata
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from service.auth.principal import Principal
+from service.db.base import uuid7
+from service.db.models import Memory
+from service.embeddings import Embedder
+from service.memory import repository
+from service.memory.problems import (
+    BadCursor,
+    KOutOfRange,
+    MemoryNotFound,
+    NoWritableSpace,
+    SpaceNotFound,
+    ValueTooLong,
+)
+from service.memory.repository import MemoryFilters
+from service.memory.schemas import (
+    MemoryCreate,
+    MemoryOut,
+    MemoryPage,
+    MemoryWritten,
+    Provenance,
+    SearchHit,
+    SearchRequest,
+    SearchResult,
+)
+from service.policy.visible import Action, visible
+from service.problems import InvalidRequest
+from service.settings import MemorySettings
+
+MAX_METADATA_BYTES = 16_384
+
+
+def content_hash(value: str) -> bytes:
+    """Hash of the normalized text (NFKC, case-folded, whitespace collapsed): the same fact
+    re-written with different spacing or case hashes the same (used by revocation later)."""
+    normalized = " ".join(unicodedata.normalize("NFKC", value).casefold().split())
+    return hashlib.sha256(normalized.encode()).digest()
+
+
+class MemoryService:
+    def __init__(self, session: AsyncSession, embedder: Embedder, limits: MemorySettings) -> None:
+        self._session = session
+        self._embedder = embedder
+        self._limits = limits
+
+    async def write(self, principal: Principal, data: MemoryCreate) -> MemoryWritten:
+        self._check_value(data)
+        scope = await visible(self._session, principal, Action.WRITE)
+        space_id = self._target_space(scope.space_ids, data.space_id)
+        [vector] = await self._embedder.embed([data.value])
+        await repository.lock_key(
+            self._session, principal.tenant_id, space_id, data.subject, data.kind, data.key
+        )
+        new_id = uuid7()
+        superseded = await repository.supersede_live(
+            self._session,
+            scope,
+            space_id=space_id,
+            subject=data.subject,
+            kind=data.kind,
+            key=data.key,
+            new_id=new_id,
+        )
+        row = await repository.insert(self._session, self._new_row(
+            principal, data, new_id, space_id, vector, superseded
+        ))
+        return MemoryWritten(memory=to_out(row), superseded=[old_id for old_id, _ in superseded])
+
+    async def get(self, principal: Principal, memory_id: uuid.UUID) -> MemoryOut:
+        scope = await visible(self._session, principal, Action.READ)
+        row = await repository.get(self._session, scope, memory_id)
+        if row is None:
+            raise MemoryNotFound(not_found_detail(memory_id))
+        return to_out(row)
+
+    async def list(
+        self, principal: Principal, filters: MemoryFilters, cursor: str | None, limit: int | None
+    ) -> MemoryPage:
+        page_size = self._page_size(limit)
+        after = decode_cursor(cursor) if cursor else None
+        scope = await visible(self._session, principal, Action.READ)
+        rows = await repository.list_page(
+            self._session, scope, filters, after=after, limit=page_size + 1
+        )
+        items = [to_out(row) for row in rows[:page_size]]
+        next_cursor = encode_cursor(rows[page_size - 1].id) if len(rows) > page_size else None
+        return MemoryPage(items=items, next_cursor=next_cursor)
+
+    async def search(self, principal: Principal, request: SearchRequest) -> SearchResult:
+        k = self._k(request.k)
+        filters = request.filters
+        scope = await visible(self._session, principal, Action.READ)
+        [vector] = await self._embedder.embed([request.query])
+        hits = await repository.search(
+            self._session,
+            scope,
+            vector,
+            MemoryFilters(
+                subject=filters.subject if filters else None,
+                kind=filters.kind if filters else None,
+                key=filters.key if filters else None,
+            ),
+            k=k,
+            min_score=request.min_score,
+        )
+        return SearchResult(
+            hits=[SearchHit(score=score, memory=to_out(row)) for row, score in hits],
+            k=k,
+            min_score=request.min_score,
+        )
+
+    async def delete(self, principal: Principal, memory_id: uuid.UUID) -> None:
+        scope = await visible(self._session, principal, Action.DELETE)
+        if not await repository.delete(self._session, scope, memory_id):
+            raise MemoryNotFound(not_found_detail(memory_id))
+
+    def _check_value(self, data: MemoryCreate) -> None:
+        if len(data.value) > self._limits.max_value_chars:
+            raise ValueTooLong(
+                f"'value' has {len(data.value)} characters; the maximum is "
+                f"{self._limits.max_value_chars}. Split it into several memories with "
+                "distinct keys, or store a summary.",
+                max_value_chars=self._limits.max_value_chars,
+            )
+        if data.metadata is not None and len(json.dumps(data.metadata)) > MAX_METADATA_BYTES:
+            raise InvalidRequest(
+                f"'metadata' is larger than {MAX_METADATA_BYTES} bytes of JSON.",
+                errors=[{"field": "metadata", "message": "too large"}],
+            )
+        if data.valid_from is not None and data.valid_from.tzinfo is None:
+            raise InvalidRequest(
+                "'valid_from' needs a timezone, e.g. 2026-11-30T12:00:00Z.",
+                errors=[{"field": "valid_from", "message": "timezone required"}],
+            )
+
+    def _target_space(
+        self, writable: tuple[uuid.UUID, ...], requested: uuid.UUID | None
+    ) -> uuid.UUID:
+        if requested is not None:
+            if requested not in writable:
+                raise SpaceNotFound(f"Space {requested} does not exist or is not writable by you.")
+            return requested
+        if not writable:
+            raise NoWritableSpace("You have no space to write memories into; ask an admin.")
+        return writable[0]
+
+    def _k(self, requested: int | None) -> int:
+        k = self._limits.default_k if requested is None else requested
+        if not 1 <= k <= self._limits.max_k:
+            raise KOutOfRange(
+                f"'k' must be between 1 and {self._limits.max_k}; got {k}.",
+                max_k=self._limits.max_k,
+            )
+        return k
+
+    def _page_size(self, limit: int | None) -> int:
+        size = 50 if limit is None else limit
+        if not 1 <= size <= self._limits.max_page_size:
+            raise InvalidRequest(
+                f"'limit' must be between 1 and {self._limits.max_page_size}; got {size}.",
+                errors=[{"field": "limit", "message": "out of range"}],
+            )
+        return size
+
+    def _new_row(
+        self,
+        principal: Principal,
+        data: MemoryCreate,
+        new_id: uuid.UUID,
+        space_id: uuid.UUID,
+        vector: list[float],
+        superseded: list[tuple[uuid.UUID, int]],
+    ) -> Memory:
+        now = datetime.now(UTC)
+        values: dict[str, Any] = {}
+        if data.valid_from is not None:
+            values["valid_from"] = data.valid_from
+        return Memory(
+            tenant_id=principal.tenant_id,
+            id=new_id,
+            space_id=space_id,
+            owner_id=principal.principal_id,
+            writer_id=principal.principal_id,
+            client_id=principal.client_id,
+            act=principal.act,
+            subject=data.subject,
+            kind=data.kind,
+            key=data.key,
+            value=data.value,
+            content_hash=content_hash(data.value),
+            embedding=vector,
+            embedding_model=self._embedder.model_id,
+            expires_at=now + timedelta(seconds=data.ttl_seconds) if data.ttl_seconds else None,
+            supersedes=superseded[-1][0] if superseded else None,
+            derived_from=[],
+            read_requires=[],
+            source=data.source,
+            metadata_=data.metadata or {},
+            version=1 + max((version for _, version in superseded), default=0),
+            **values,
+        )
+
+
+def not_found_detail(memory_id: uuid.UUID) -> str:
+    # The same words for missing, expired, invisible and other-tenant ids: nothing to tell apart.
+    return f"No memory {memory_id} is visible to you."
+
+
+def status_of(row: Memory) -> str:
+    if row.superseded_at is not None:
+        return "superseded"
+    if row.expires_at is not None and row.expires_at <= datetime.now(UTC):
+        return "expired"
+    return "live"
+
+
+def to_out(row: Memory) -> MemoryOut:
+    return MemoryOut(
+        id=row.id,
+        space_id=row.space_id,
+        subject=row.subject,
+        kind=row.kind,
+        key=row.key,
+        value=row.value,
+        status=status_of(row),  # type: ignore[arg-type]
+        valid_from=row.valid_from,
+        valid_until=row.valid_until,
+        expires_at=row.expires_at,
+        supersedes=row.supersedes,
+        superseded_by=row.superseded_by,
+        metadata=row.metadata_,
+        version=row.version,
+        provenance=Provenance(
+            writer_id=row.writer_id,
+            client_id=row.client_id,
+            act=row.act,
+            source=row.source,
+            recorded_at=row.recorded_at,
+            derived_from=list(row.derived_from),
+            embedding_model=row.embedding_model,
+        ),
+    )
+
+
+def encode_cursor(last_id: uuid.UUID) -> str:
+    return base64.urlsafe_b64encode(json.dumps({"v": 1, "after": str(last_id)}).encode()).decode()
+
+
+def decode_cursor(cursor: str) -> uuid.UUID:
+    try:
+        padded = cursor + "=" * (-len(cursor) % 4)
+        payload = json.loads(base64.urlsafe_b64decode(padded.encode()))
+        if payload.get("v") != 1:
+            raise ValueError(cursor)
+        return uuid.UUID(payload["after"])
+    except (ValueError, TypeError, KeyError, AttributeError, UnicodeError):
+        raise BadCursor(
+            "The 'cursor' is not one this API returned. Pass 'next_cursor' from the previous "
+            "page unchanged, or omit it to start from the first page."
+        ) from None

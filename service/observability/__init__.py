@@ -1,0 +1,1 @@
+"""Logging (structlog) and, later, tracing and metrics."""

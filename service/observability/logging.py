@@ -1,0 +1,80 @@
+"""structlog setup and the per-request log line.
+
+What is logged: request id, method, route template, status, latency, tenant, principal, client.
+What never is: bodies (memory text, query text), tokens, secrets, SQL.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from typing import Any
+
+import structlog
+from litestar.types import ASGIApp, Message, Receive, Scope, Send
+
+
+def configure_logging(*, json_logs: bool, level: int = logging.INFO) -> None:
+    renderer: Any = (
+        structlog.processors.JSONRenderer() if json_logs else structlog.dev.ConsoleRenderer()
+    )
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(level),
+        cache_logger_on_first_use=False,
+    )
+
+
+_access = structlog.get_logger("memgate.access")
+_REQUEST_ID = b"x-request-id"
+
+
+def _incoming_request_id(scope: Scope) -> str:
+    for name, value in scope.get("headers", []):
+        if name == _REQUEST_ID:
+            candidate = value.decode("latin-1")[:64]
+            if candidate.replace("-", "").isalnum():
+                return candidate
+    return uuid.uuid4().hex
+
+
+def request_context_middleware(app: ASGIApp) -> ASGIApp:
+    async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await app(scope, receive, send)
+            return
+        request_id = _incoming_request_id(scope)
+        structlog.contextvars.clear_contextvars()
+        structlog.contextvars.bind_contextvars(request_id=request_id)
+        started = time.perf_counter()
+        status = 500
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                headers = list(message.get("headers", []))
+                headers.append((_REQUEST_ID, request_id.encode()))
+                message["headers"] = headers  # type: ignore[typeddict-unknown-key]
+            await send(message)
+
+        try:
+            await app(scope, receive, send_with_id)
+        finally:
+            route = scope.get("path_template") or "unmatched"
+            _access.info(
+                "request",
+                method=scope.get("method"),
+                route=route,
+                status=status,
+                latency_ms=round((time.perf_counter() - started) * 1000, 2),
+            )
+            structlog.contextvars.clear_contextvars()
+
+    return middleware

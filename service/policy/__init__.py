@@ -1,0 +1,1 @@
+"""Authorization: who may do what where. `visible.py` is the one entrance for memory reads."""

@@ -1,0 +1,110 @@
+"""RFC 9457 problems: every error class declares its wire identity where it is defined.
+
+A subclass names its slug, status and title once:
+
+    class MemoryNotFound(Problem, slug="memory-not-found", status=404, title="Memory not found"):
+        ...
+
+`app.py` maps every `Problem` to `application/problem+json`; `PROBLEM_TYPES` lists them for
+`openapi.yaml` and the `/problems` index. Domain code raises these; it never builds responses.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+PROBLEM_BASE_URI = "https://memgate.dev/problems/"
+
+PROBLEM_TYPES: dict[str, type[Problem]] = {}
+
+
+class Problem(Exception):
+    slug: ClassVar[str] = "about:blank"
+    status: ClassVar[int] = 500
+    title: ClassVar[str] = "Internal error"
+
+    def __init_subclass__(cls, *, slug: str, status: int, title: str, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.slug, cls.status, cls.title = slug, status, title
+        if slug in PROBLEM_TYPES and PROBLEM_TYPES[slug] is not cls:
+            raise TypeError(f"problem slug {slug!r} is declared twice")
+        PROBLEM_TYPES[slug] = cls
+
+    def __init__(self, detail: str, **extensions: Any) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.extensions = extensions
+
+    @classmethod
+    def type_uri(cls) -> str:
+        return PROBLEM_BASE_URI + cls.slug
+
+    def headers(self) -> dict[str, str]:
+        return {}
+
+    def to_body(self, instance: str | None = None) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "type": self.type_uri(),
+            "title": self.title,
+            "status": self.status,
+            "detail": self.detail,
+        }
+        if instance:
+            body["instance"] = instance
+        body.update(self.extensions)
+        return body
+
+
+class InvalidRequest(Problem, slug="invalid-request", status=422, title="Invalid request"):
+    """The body, query or path did not validate; `errors` names each offending field."""
+
+
+class MalformedRequest(Problem, slug="malformed-request", status=400, title="Malformed request"):
+    """The body is not parseable JSON or not the declared media type."""
+
+
+class MalformedId(Problem, slug="malformed-id", status=400, title="Malformed id"):
+    """An id in the path is not a UUID."""
+
+
+class BodyTooLarge(Problem, slug="body-too-large", status=413, title="Request body too large"):
+    """The request body exceeds the configured limit."""
+
+
+class NotAuthenticated(Problem, slug="unauthenticated", status=401, title="Authentication required"):
+    """No valid bearer token. Carries `WWW-Authenticate` so clients know how to get one."""
+
+    def __init__(self, detail: str, *, error: str = "invalid_token", **extensions: Any) -> None:
+        super().__init__(detail, **extensions)
+        self.error = error
+
+    def headers(self) -> dict[str, str]:
+        if self.error == "missing_token":
+            return {"WWW-Authenticate": 'Bearer realm="memgate"'}
+        return {"WWW-Authenticate": f'Bearer realm="memgate", error="{self.error}"'}
+
+
+class InsufficientScope(Problem, slug="insufficient-scope", status=403, title="Insufficient scope"):
+    """The token lacks the scope this route requires; `required_scope` says which."""
+
+    def headers(self) -> dict[str, str]:
+        scope = self.extensions.get("required_scope", "")
+        return {
+            "WWW-Authenticate": f'Bearer realm="memgate", error="insufficient_scope", scope="{scope}"'
+        }
+
+
+class RouteNotFound(Problem, slug="route-not-found", status=404, title="No such route"):
+    """No route matches the path."""
+
+
+class MethodNotAllowed(Problem, slug="method-not-allowed", status=405, title="Method not allowed"):
+    """The route exists but not for this HTTP method."""
+
+
+class ServiceUnavailable(Problem, slug="service-unavailable", status=503, title="Unavailable"):
+    """A dependency (database, embedding provider) is not reachable; retry later."""
+
+
+class InternalError(Problem, slug="internal-error", status=500, title="Internal error"):
+    """Something failed on our side. The body never carries tracebacks, SQL or driver text."""

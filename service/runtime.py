@@ -1,0 +1,119 @@
+"""Everything a running app holds: settings, database, embedder, token verifier, issuer keys.
+
+Built once at startup (`build_runtime`) and injected; tests build one per database.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+
+from service.auth.issuer import IssuerConfig
+from service.auth.keys import KeyEncryptionKey, ensure_keys, published_jwks, rotate
+from service.auth.tokens import CachedKeySet, TokenVerifier, TrustedIssuer, http_jwks_fetcher
+from service.db.models import EMBEDDING_DIMENSIONS
+from service.db.session import create_engine, create_sessionmaker
+from service.embeddings import Embedder
+from service.settings import Settings
+
+
+@dataclass
+class Runtime:
+    settings: Settings
+    engine: AsyncEngine
+    sessionmaker: async_sessionmaker[AsyncSession]
+    embedder: Embedder
+    verifier: TokenVerifier
+    kek: KeyEncryptionKey
+    issuer: IssuerConfig
+    embedded_keys: CachedKeySet
+
+    async def close(self) -> None:
+        await self.engine.dispose()
+
+    async def rotate_signing_keys(self) -> str:
+        """Rotate the embedded issuer's keys (also `memgate keys rotate`)."""
+        auth = self.settings.auth
+        keep = timedelta(seconds=auth.max_token_ttl_seconds + 600 + auth.leeway_seconds)
+        async with self.sessionmaker.begin() as session:
+            kid = await rotate(session, auth.signing_alg, self.kek, keep)
+        self.embedded_keys.invalidate()
+        return kid
+
+
+def check_embedder(embedder: Embedder) -> None:
+    if embedder.dimensions != EMBEDDING_DIMENSIONS:
+        raise SystemExit(
+            f"The embedding model {embedder.model_id} has {embedder.dimensions} dimensions but "
+            f"the schema stores {EMBEDDING_DIMENSIONS}; refusing to start."
+        )
+
+
+async def build_runtime(settings: Settings, database_url: str, embedder: Embedder) -> Runtime:
+    check_embedder(embedder)
+    engine = create_engine(database_url, pool_size=settings.database.pool_size)
+    sessionmaker = create_sessionmaker(engine)
+    kek = KeyEncryptionKey.from_setting_or_file(
+        settings.auth.key_encryption_key, settings.database.data_dir
+    )
+
+    async def embedded_jwks() -> dict[str, object]:
+        async with sessionmaker() as session:
+            return await published_jwks(session)
+
+    embedded_keys = CachedKeySet(
+        embedded_jwks, ttl=60.0, min_refetch=settings.auth.jwks_refetch_seconds
+    )
+    issuers: list[TrustedIssuer] = []
+    issuer_config = IssuerConfig(
+        issuer=settings.server.public_url,
+        audience=settings.auth.audience,
+        ttl_seconds=settings.auth.token_ttl_seconds,
+    )
+    if settings.auth.embedded_issuer:
+        issuers.append(
+            TrustedIssuer(
+                issuer=issuer_config.issuer,
+                audience=settings.auth.audience,
+                algorithms=(settings.auth.signing_alg,),
+                keys=embedded_keys,
+                embedded=True,
+            )
+        )
+        async with sessionmaker.begin() as session:
+            await ensure_keys(session, settings.auth.signing_alg, kek)
+    for external in settings.auth.external_issuers:
+        issuers.append(
+            TrustedIssuer(
+                issuer=external.issuer,
+                audience=external.audience,
+                algorithms=external.algorithms,
+                keys=CachedKeySet(
+                    http_jwks_fetcher(external.jwks_url),
+                    min_refetch=settings.auth.jwks_refetch_seconds,
+                ),
+                require_typ=external.require_typ,
+                require_jti=False,
+                tenant_claim=external.tenant_claim,
+                subject_claim=external.subject_claim,
+                scope_claim=external.scope_claim,
+                client_id_claim=external.client_id_claim,
+            )
+        )
+    verifier = TokenVerifier(
+        issuers,
+        leeway=settings.auth.leeway_seconds,
+        max_ttl=settings.auth.max_token_ttl_seconds,
+    )
+    return Runtime(
+        settings=settings,
+        engine=engine,
+        sessionmaker=sessionmaker,
+        embedder=embedder,
+        verifier=verifier,
+        kek=kek,
+        issuer=issuer_config,
+        embedded_keys=embedded_keys,
+    )

@@ -1,0 +1,235 @@
+"""Settings: one frozen dataclass per concern, read from the environment once.
+
+Every field is documented next to its environment variable. Tests set the environment before they
+build settings; nothing below `Settings.from_env()` reads `os.environ` again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import platformdirs
+
+_TRUE = {"1", "true", "yes", "on"}
+
+
+def _env(name: str, default: str) -> str:
+    return os.environ.get(name, default)
+
+
+def _env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    return default if raw is None or raw == "" else int(raw)
+
+
+def _env_bool(name: str, default: bool) -> bool:
+    raw = os.environ.get(name)
+    return default if raw is None or raw == "" else raw.strip().lower() in _TRUE
+
+
+@dataclass(frozen=True)
+class DatabaseSettings:
+    """Where the data lives.
+
+    url: `DATABASE_URL`; empty means start the embedded PostgreSQL under `data_dir`.
+    data_dir: `MEMGATE_DATA_DIR`; persistent home of the embedded cluster and the bootstrap secret.
+    pool_size: `MEMGATE_DB_POOL_SIZE`; connections per process.
+    """
+
+    url: str = ""
+    data_dir: Path = field(default_factory=lambda: Path(platformdirs.user_data_dir("memgate")))
+    pool_size: int = 10
+
+    @classmethod
+    def from_env(cls) -> DatabaseSettings:
+        return cls(
+            url=_env("DATABASE_URL", ""),
+            data_dir=Path(_env("MEMGATE_DATA_DIR", platformdirs.user_data_dir("memgate"))),
+            pool_size=_env_int("MEMGATE_DB_POOL_SIZE", 10),
+        )
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    """HTTP listener.
+
+    host/port: `MEMGATE_HOST` / `MEMGATE_PORT`.
+    public_url: `MEMGATE_PUBLIC_URL`; the URL clients use, also the embedded issuer (`iss`).
+    max_body_bytes: `MEMGATE_MAX_BODY_BYTES`; larger request bodies answer 413.
+    json_logs: `MEMGATE_JSON_LOGS`; JSON lines (production) instead of console rendering (dev).
+    """
+
+    host: str = "127.0.0.1"
+    port: int = 8080
+    public_url: str = "http://127.0.0.1:8080"
+    max_body_bytes: int = 1_048_576
+    json_logs: bool = False
+
+    @classmethod
+    def from_env(cls) -> ServerSettings:
+        host = _env("MEMGATE_HOST", "127.0.0.1")
+        port = _env_int("MEMGATE_PORT", 8080)
+        return cls(
+            host=host,
+            port=port,
+            public_url=_env("MEMGATE_PUBLIC_URL", f"http://{host}:{port}").rstrip("/"),
+            max_body_bytes=_env_int("MEMGATE_MAX_BODY_BYTES", 1_048_576),
+            json_logs=_env_bool("MEMGATE_JSON_LOGS", False),
+        )
+
+
+@dataclass(frozen=True)
+class ExternalIssuer:
+    """A trusted external identity provider (Keycloak, Entra, Auth0 ...).
+
+    The claim names say where the tenant, subject and scopes live in that IdP's tokens; the
+    subject is mapped to a memgate principal through `principals.external_subject`.
+    """
+
+    issuer: str
+    audience: str
+    jwks_url: str
+    algorithms: tuple[str, ...] = ("RS256", "ES256")
+    require_typ: bool = True
+    tenant_claim: str = "tenant"
+    subject_claim: str = "sub"
+    scope_claim: str = "scope"
+    client_id_claim: str = "client_id"
+
+    @classmethod
+    def from_mapping(cls, raw: dict[str, Any]) -> ExternalIssuer:
+        values = dict(raw)
+        if "algorithms" in values:
+            values["algorithms"] = tuple(values["algorithms"])
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class AuthSettings:
+    """Token issuing and verification.
+
+    audience: `MEMGATE_AUDIENCE`; the `aud` every accepted token must carry exactly.
+    embedded_issuer: `MEMGATE_EMBEDDED_ISSUER`; run the built-in authorization server.
+    token_ttl_seconds: `MEMGATE_TOKEN_TTL`; lifetime of issued access tokens (default 10 min).
+    max_token_ttl_seconds: `MEMGATE_MAX_TOKEN_TTL`; tokens living longer (exp - iat) are refused.
+    leeway_seconds: `MEMGATE_TOKEN_LEEWAY`; clock skew allowed on exp/nbf/iat (at most 60).
+    key_encryption_key: `MEMGATE_KEY_ENCRYPTION_KEY`; base64url 32 bytes encrypting signing keys
+        at rest. Empty: a key file `key-encryption.key` (0600) in the data dir is used/created.
+    signing_alg: `MEMGATE_SIGNING_ALG`; ES256 or EdDSA.
+    jwks_refetch_seconds: `MEMGATE_JWKS_REFETCH_SECONDS`; minimum gap between key refetches
+        caused by an unknown `kid` (bounds what junk kids can cost).
+    external_issuers: `MEMGATE_EXTERNAL_ISSUERS`; JSON list of `ExternalIssuer` fields.
+    """
+
+    audience: str = "memgate"
+    embedded_issuer: bool = True
+    token_ttl_seconds: int = 600
+    max_token_ttl_seconds: int = 3600
+    leeway_seconds: int = 30
+    key_encryption_key: str = ""
+    signing_alg: str = "ES256"
+    jwks_refetch_seconds: float = 30.0
+    external_issuers: tuple[ExternalIssuer, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.leeway_seconds <= 60:
+            raise ValueError("MEMGATE_TOKEN_LEEWAY must be between 0 and 60 seconds")
+        if self.signing_alg not in {"ES256", "EdDSA"}:
+            raise ValueError("MEMGATE_SIGNING_ALG must be ES256 or EdDSA")
+        if self.token_ttl_seconds > self.max_token_ttl_seconds:
+            raise ValueError("MEMGATE_TOKEN_TTL may not exceed MEMGATE_MAX_TOKEN_TTL")
+
+    @classmethod
+    def from_env(cls) -> AuthSettings:
+        issuers_raw = json.loads(_env("MEMGATE_EXTERNAL_ISSUERS", "[]"))
+        return cls(
+            audience=_env("MEMGATE_AUDIENCE", "memgate"),
+            embedded_issuer=_env_bool("MEMGATE_EMBEDDED_ISSUER", True),
+            token_ttl_seconds=_env_int("MEMGATE_TOKEN_TTL", 600),
+            max_token_ttl_seconds=_env_int("MEMGATE_MAX_TOKEN_TTL", 3600),
+            leeway_seconds=_env_int("MEMGATE_TOKEN_LEEWAY", 30),
+            key_encryption_key=_env("MEMGATE_KEY_ENCRYPTION_KEY", ""),
+            signing_alg=_env("MEMGATE_SIGNING_ALG", "ES256"),
+            jwks_refetch_seconds=float(_env("MEMGATE_JWKS_REFETCH_SECONDS", "30")),
+            external_issuers=tuple(ExternalIssuer.from_mapping(i) for i in issuers_raw),
+        )
+
+
+@dataclass(frozen=True)
+class EmbeddingSettings:
+    """Embedding provider.
+
+    provider: `MEMGATE_EMBEDDING_PROVIDER`; wordllama (offline default), ollama or openai.
+    model: `MEMGATE_EMBEDDING_MODEL`; model name for the provider.
+    dimensions: `MEMGATE_EMBEDDING_DIMENSIONS`; must equal the schema's vector size (256).
+    base_url / api_key: `MEMGATE_EMBEDDING_URL` / `MEMGATE_EMBEDDING_API_KEY` for HTTP providers.
+    timeout_seconds / retries: `MEMGATE_EMBEDDING_TIMEOUT` / `MEMGATE_EMBEDDING_RETRIES`.
+    """
+
+    provider: str = "wordllama"
+    model: str = "l2_supercat"
+    dimensions: int = 256
+    base_url: str = ""
+    api_key: str = ""
+    timeout_seconds: float = 10.0
+    retries: int = 2
+
+    @classmethod
+    def from_env(cls) -> EmbeddingSettings:
+        return cls(
+            provider=_env("MEMGATE_EMBEDDING_PROVIDER", "wordllama"),
+            model=_env("MEMGATE_EMBEDDING_MODEL", "l2_supercat"),
+            dimensions=_env_int("MEMGATE_EMBEDDING_DIMENSIONS", 256),
+            base_url=_env("MEMGATE_EMBEDDING_URL", ""),
+            api_key=_env("MEMGATE_EMBEDDING_API_KEY", ""),
+            timeout_seconds=float(_env("MEMGATE_EMBEDDING_TIMEOUT", "10")),
+            retries=_env_int("MEMGATE_EMBEDDING_RETRIES", 2),
+        )
+
+
+@dataclass(frozen=True)
+class MemorySettings:
+    """Limits of the memory API (each violation answers a problem, never truncates).
+
+    max_value_chars: `MEMGATE_MAX_VALUE_CHARS`; longest memory value.
+    max_k: `MEMGATE_MAX_K`; largest `k` a search may ask for.
+    default_k: `MEMGATE_DEFAULT_K`.
+    max_page_size: `MEMGATE_MAX_PAGE_SIZE`; largest `limit` of a list page.
+    """
+
+    max_value_chars: int = 16_384
+    max_k: int = 100
+    default_k: int = 10
+    max_page_size: int = 100
+
+    @classmethod
+    def from_env(cls) -> MemorySettings:
+        return cls(
+            max_value_chars=_env_int("MEMGATE_MAX_VALUE_CHARS", 16_384),
+            max_k=_env_int("MEMGATE_MAX_K", 100),
+            default_k=_env_int("MEMGATE_DEFAULT_K", 10),
+            max_page_size=_env_int("MEMGATE_MAX_PAGE_SIZE", 100),
+        )
+
+
+@dataclass(frozen=True)
+class Settings:
+    database: DatabaseSettings = field(default_factory=DatabaseSettings)
+    server: ServerSettings = field(default_factory=ServerSettings)
+    auth: AuthSettings = field(default_factory=AuthSettings)
+    embedding: EmbeddingSettings = field(default_factory=EmbeddingSettings)
+    memory: MemorySettings = field(default_factory=MemorySettings)
+
+    @classmethod
+    def from_env(cls) -> Settings:
+        return cls(
+            database=DatabaseSettings.from_env(),
+            server=ServerSettings.from_env(),
+            auth=AuthSettings.from_env(),
+            embedding=EmbeddingSettings.from_env(),
+            memory=MemorySettings.from_env(),
+        )
