@@ -8,17 +8,17 @@ import json
 import os
 import sys
 import time
-from contextlib import contextmanager
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Iterator
 
 import psycopg
 
 from service.settings import Settings
 
 ADMIN_CLIENT_FILE = "admin-client.json"
-ADMIN_SECRET_FILE = "admin-client.secret"
+ADMIN_SECRET_FILE = "admin-client.secret"  # noqa: S105 (a file name, not a secret)
 EMBEDDED_DATABASE = "memgate"
 
 
@@ -124,7 +124,7 @@ async def _serve(settings: Settings, url: str, started: float) -> None:
         )
         server = uvicorn.Server(config)
         serving = asyncio.create_task(server.serve())
-        while not server.started and not serving.done():
+        while not server.started and not serving.done():  # noqa: ASYNC110 (uvicorn has no event)
             await asyncio.sleep(0.05)
         if server.started:
             _print_banner(settings, admin, started)
@@ -141,10 +141,8 @@ def cmd_serve(settings: Settings) -> int:
     configure_logging(json_logs=settings.server.json_logs)
     with database_url(settings) as url:
         upgrade(url)
-        try:
+        with suppress(KeyboardInterrupt):
             asyncio.run(_serve(settings, url, started))
-        except KeyboardInterrupt:
-            pass
     return 0
 
 

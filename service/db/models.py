@@ -108,8 +108,12 @@ class SigningKey(Base):
     __tablename__ = "signing_keys"
     __table_args__ = (
         CheckConstraint("state IN ('next', 'active', 'retired')", name="state"),
-        Index("uq_signing_keys_one_active", "state", unique=True,
-              postgresql_where=text("state = 'active'")),
+        Index(
+            "uq_signing_keys_one_active",
+            "state",
+            unique=True,
+            postgresql_where=text("state = 'active'"),
+        ),
     )
 
     kid: Mapped[str] = mapped_column(Text, primary_key=True)

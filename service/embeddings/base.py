@@ -36,7 +36,9 @@ class Embedder(Protocol):
     async def embed(self, texts: Sequence[str]) -> list[list[float]]: ...
 
 
-def check_vectors(vectors: Sequence[Sequence[float]], expected: int, dims: int) -> list[list[float]]:
+def check_vectors(
+    vectors: Sequence[Sequence[float]], expected: int, dims: int
+) -> list[list[float]]:
     if len(vectors) != expected:
         raise EmbeddingInvalid(
             f"The embedding provider returned {len(vectors)} vectors for {expected} inputs."

@@ -23,5 +23,6 @@ def create_embedder(settings: EmbeddingSettings) -> Embedder:
             timeout=settings.timeout_seconds,
             retries=settings.retries,
         )
-    raise ValueError(f"MEMGATE_EMBEDDING_PROVIDER {settings.provider!r} is not one of "
-                     "wordllama, ollama, openai")
+    raise ValueError(
+        f"MEMGATE_EMBEDDING_PROVIDER {settings.provider!r} is not one of wordllama, ollama, openai"
+    )

@@ -81,4 +81,6 @@ class HttpEmbedder:
             data = sorted(body["data"], key=lambda item: item["index"])
             return [item["embedding"] for item in data]
         except (KeyError, TypeError):
-            raise EmbeddingInvalid("The embedding provider's answer has an unexpected shape.") from None
+            raise EmbeddingInvalid(
+                "The embedding provider's answer has an unexpected shape."
+            ) from None

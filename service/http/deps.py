@@ -6,6 +6,7 @@ from collections.abc import AsyncGenerator
 from typing import cast
 
 from litestar.datastructures import State
+from litestar.di import NamedDependency
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.runtime import Runtime
@@ -21,3 +22,8 @@ async def provide_db(state: State) -> AsyncGenerator[AsyncSession, None]:
     runtime = cast(Runtime, state.runtime)
     async with runtime.sessionmaker() as session, session.begin():
         yield session
+
+
+Db = NamedDependency[AsyncSession]
+"""The request's session (one transaction per request)."""
+Rt = NamedDependency[Runtime]

@@ -41,11 +41,13 @@ def _validation_problem(exc: ValidationException) -> Problem:
     errors: list[dict[str, Any]] = []
     for item in exc.extra or []:
         if isinstance(item, dict):
-            errors.append({
-                "field": item.get("key") or "body",
-                "source": item.get("source", "body"),
-                "message": item.get("message", ""),
-            })
+            errors.append(
+                {
+                    "field": item.get("key") or "body",
+                    "source": item.get("source", "body"),
+                    "message": item.get("message", ""),
+                }
+            )
     detail_text = str(exc.detail or "")
     if not errors and "JSON" in detail_text:
         return MalformedRequest(

@@ -6,7 +6,7 @@ from litestar import Controller, Response, get
 from sqlalchemy.exc import SQLAlchemyError
 
 from service.db.migrate import at_head
-from service.runtime import Runtime
+from service.http.deps import Rt
 
 
 class HealthController(Controller):
@@ -19,7 +19,7 @@ class HealthController(Controller):
         return {"status": "ok"}
 
     @get("/readyz")
-    async def readyz(self, runtime: Runtime) -> Response[dict[str, str]]:
+    async def readyz(self, runtime: Rt) -> Response[dict[str, str]]:
         """The database answers and its schema is at the migrations' head."""
         try:
             async with runtime.sessionmaker() as session:

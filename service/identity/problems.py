@@ -5,7 +5,9 @@ from __future__ import annotations
 from service.problems import Problem
 
 
-class PrincipalNotFound(Problem, slug="principal-not-found", status=404, title="Principal not found"):
+class PrincipalNotFound(
+    Problem, slug="principal-not-found", status=404, title="Principal not found"
+):
     """No principal with this id in your tenant."""
 
 

@@ -207,8 +207,9 @@ async def create_tenant(session: AsyncSession, name: str) -> BootstrapResult:
     identity = IdentityService(session, tenant.tenant_id)
     admin = await identity.create_principal(PrincipalCreate(kind="user", display_name="admin"))
     created = await identity.create_client(
-        ClientCreate(principal_id=admin.id, name="bootstrap-admin", kind="admin",
-                     scopes=sorted(ALL_SCOPES))
+        ClientCreate(
+            principal_id=admin.id, name="bootstrap-admin", kind="admin", scopes=sorted(ALL_SCOPES)
+        )
     )
     return BootstrapResult(
         tenant_id=tenant.tenant_id,

@@ -5,13 +5,16 @@ from __future__ import annotations
 from typing import Annotated
 
 from litestar import Controller, Request, delete, get, post
-from litestar.params import Parameter
+from litestar.datastructures import State
+from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.auth.guards import requires
 from service.auth.principal import Principal
 from service.auth.scopes import Scope
+from service.auth.tokens import VerifiedToken
+from service.http.deps import Db, Rt
 from service.http.params import parse_id
 from service.memory.repository import MemoryFilters
 from service.memory.schemas import (
@@ -26,7 +29,7 @@ from service.memory.schemas import (
 from service.memory.service import MemoryService
 from service.runtime import Runtime
 
-AuthedRequest = Request[Principal, object, object]
+AuthedRequest = Request[Principal, VerifiedToken, State]
 
 
 def _service(session: AsyncSession, runtime: Runtime) -> MemoryService:
@@ -39,7 +42,7 @@ class MemoryController(Controller):
 
     @post("/", status_code=HTTP_201_CREATED, guards=[requires(Scope.WRITE_MEMORY)])
     async def remember(
-        self, request: AuthedRequest, data: MemoryCreate, db: AsyncSession, runtime: Runtime
+        self, request: AuthedRequest, data: JSONBody[MemoryCreate], db: Db, runtime: Rt
     ) -> MemoryWritten:
         """Write a memory into one of your spaces (default: your personal space). A memory with
         the same subject, kind and key in that space supersedes the live one."""
@@ -49,22 +52,23 @@ class MemoryController(Controller):
     async def list_memories(
         self,
         request: AuthedRequest,
-        db: AsyncSession,
-        runtime: Runtime,
-        subject: str | None = None,
-        kind: Kind | None = None,
-        key: str | None = None,
-        cursor: str | None = None,
-        limit: Annotated[int | None, Parameter(description="Page size (1-100, default 50).")]
-        = None,
+        db: Db,
+        runtime: Rt,
+        subject: FromQuery[str | None] = None,
+        kind: FromQuery[Kind | None] = None,
+        key: FromQuery[str | None] = None,
+        cursor: FromQuery[str | None] = None,
+        limit: Annotated[
+            int | None, QueryParameter(description="Page size (1-100, default 50).")
+        ] = None,
     ) -> MemoryPage:
         """List live memories visible to you, newest first, with cursor pagination."""
         filters = MemoryFilters(subject=subject, kind=kind, key=key)
-        return await _service(db, runtime).list(request.user, filters, cursor, limit)
+        return await _service(db, runtime).list_page(request.user, filters, cursor, limit)
 
     @post("/search", status_code=200, guards=[requires(Scope.READ_MEMORY)])
     async def search(
-        self, request: AuthedRequest, data: SearchRequest, db: AsyncSession, runtime: Runtime
+        self, request: AuthedRequest, data: JSONBody[SearchRequest], db: Db, runtime: Rt
     ) -> SearchResult:
         """Rank the live memories visible to you by similarity to `query`; at most `k` hits, each
         with score and provenance. `min_score` lets the answer be "nothing relevant"."""
@@ -72,7 +76,7 @@ class MemoryController(Controller):
 
     @get("/{memory_id:str}", guards=[requires(Scope.READ_MEMORY)])
     async def recall(
-        self, request: AuthedRequest, memory_id: str, db: AsyncSession, runtime: Runtime
+        self, request: AuthedRequest, memory_id: FromPath[str], db: Db, runtime: Rt
     ) -> MemoryOut:
         """Get one memory by id (superseded versions included, with their links)."""
         return await _service(db, runtime).get(request.user, parse_id(memory_id))
@@ -81,7 +85,7 @@ class MemoryController(Controller):
         "/{memory_id:str}", status_code=HTTP_204_NO_CONTENT, guards=[requires(Scope.DELETE_MEMORY)]
     )
     async def forget(
-        self, request: AuthedRequest, memory_id: str, db: AsyncSession, runtime: Runtime
+        self, request: AuthedRequest, memory_id: FromPath[str], db: Db, runtime: Rt
     ) -> None:
         """Delete one memory. Needs `delete:memory`; `write:memory` does not imply it."""
         await _service(db, runtime).delete(request.user, parse_id(memory_id))

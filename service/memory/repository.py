@@ -25,14 +25,18 @@ class MemoryFilters:
         return [column == value for column, value in pairs if value is not None]
 
 
-async def lock_key(session: AsyncSession, tenant_id: uuid.UUID, space_id: uuid.UUID,
-                   subject: str, kind: str, key: str) -> None:
+async def lock_key(
+    session: AsyncSession,
+    tenant_id: uuid.UUID,
+    space_id: uuid.UUID,
+    subject: str,
+    kind: str,
+    key: str,
+) -> None:
     """Serialize writers of one (space, subject, kind, key) until commit, so concurrent writes
     supersede each other in order instead of colliding on the live-key unique index."""
     lock_name = f"{tenant_id}|{space_id}|{subject}|{kind}|{key}"
-    await session.execute(
-        select(func.pg_advisory_xact_lock(func.hashtextextended(lock_name, 0)))
-    )
+    await session.execute(select(func.pg_advisory_xact_lock(func.hashtextextended(lock_name, 0))))
 
 
 async def supersede_live(

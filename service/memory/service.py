@@ -74,9 +74,9 @@ class MemoryService:
             key=data.key,
             new_id=new_id,
         )
-        row = await repository.insert(self._session, self._new_row(
-            principal, data, new_id, space_id, vector, superseded
-        ))
+        row = await repository.insert(
+            self._session, self._new_row(principal, data, new_id, space_id, vector, superseded)
+        )
         return MemoryWritten(memory=to_out(row), superseded=[old_id for old_id, _ in superseded])
 
     async def get(self, principal: Principal, memory_id: uuid.UUID) -> MemoryOut:
@@ -86,7 +86,7 @@ class MemoryService:
             raise MemoryNotFound(not_found_detail(memory_id))
         return to_out(row)
 
-    async def list(
+    async def list_page(
         self, principal: Principal, filters: MemoryFilters, cursor: str | None, limit: int | None
     ) -> MemoryPage:
         page_size = self._page_size(limit)
@@ -263,11 +263,15 @@ def decode_cursor(cursor: str) -> uuid.UUID:
     try:
         padded = cursor + "=" * (-len(cursor) % 4)
         payload = json.loads(base64.urlsafe_b64decode(padded.encode()))
-        if payload.get("v") != 1:
-            raise ValueError(cursor)
-        return uuid.UUID(payload["after"])
-    except (ValueError, TypeError, KeyError, AttributeError, UnicodeError):
-        raise BadCursor(
-            "The 'cursor' is not one this API returned. Pass 'next_cursor' from the previous "
-            "page unchanged, or omit it to start from the first page."
-        ) from None
+        version, after = payload["v"], payload["after"]
+    except (ValueError, TypeError, KeyError, UnicodeError):
+        version, after = None, None
+    try:
+        if version == 1:
+            return uuid.UUID(str(after))
+    except ValueError:
+        pass
+    raise BadCursor(
+        "The 'cursor' is not one this API returned. Pass 'next_cursor' from the previous "
+        "page unchanged, or omit it to start from the first page."
+    )

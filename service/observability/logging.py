@@ -12,6 +12,7 @@ import uuid
 from typing import Any
 
 import structlog
+from litestar.enums import ScopeType
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
 
@@ -46,7 +47,7 @@ def _incoming_request_id(scope: Scope) -> str:
 
 def request_context_middleware(app: ASGIApp) -> ASGIApp:
     async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != ScopeType.HTTP:
             await app(scope, receive, send)
             return
         request_id = _incoming_request_id(scope)
@@ -61,7 +62,7 @@ def request_context_middleware(app: ASGIApp) -> ASGIApp:
                 status = message["status"]
                 headers = list(message.get("headers", []))
                 headers.append((_REQUEST_ID, request_id.encode()))
-                message["headers"] = headers  # type: ignore[typeddict-unknown-key]
+                message["headers"] = headers
             await send(message)
 
         try:

@@ -1,0 +1,1 @@
+"""memgate: a multi-tenant memory service for AI agents."""

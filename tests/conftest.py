@@ -1,0 +1,91 @@
+"""Shared fixtures: one PostgreSQL server per run, a migrated template database, and a fresh
+database cloned from it for every test (isolation without re-running migrations)."""
+
+from __future__ import annotations
+
+import base64
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from litestar.testing import AsyncTestClient
+
+from service.app import create_app
+from service.db.migrate import upgrade
+from service.embeddings import Embedder
+from service.embeddings.wordllama import WordLlamaEmbedder
+from service.runtime import Runtime, build_runtime
+from service.settings import AuthSettings, DatabaseSettings, ServerSettings, Settings
+from tests.fixtures.api import Api
+from tests.fixtures.postgres import postgres_server, with_database
+
+TEMPLATE_DB = "memgate_test_template"
+PUBLIC_URL = "http://localhost:8080"
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[str]:
+    with postgres_server() as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def template_db(pg_server: str) -> str:
+    with psycopg.connect(pg_server, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{TEMPLATE_DB}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{TEMPLATE_DB}"')
+    url = with_database(pg_server, TEMPLATE_DB)
+    upgrade(url)
+    return url
+
+
+@pytest.fixture
+def database_url(pg_server: str, template_db: str) -> Iterator[str]:
+    name = f"t_{uuid.uuid4().hex[:16]}"
+    with psycopg.connect(pg_server, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{TEMPLATE_DB}"')
+    yield with_database(pg_server, name)
+    with psycopg.connect(pg_server, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def embedder() -> Embedder:
+    return WordLlamaEmbedder()
+
+
+def make_settings(database_url: str, data_dir: Path, **auth: object) -> Settings:
+    return Settings(
+        database=DatabaseSettings(url=database_url, data_dir=data_dir, pool_size=5),
+        server=ServerSettings(public_url=PUBLIC_URL),
+        auth=AuthSettings(
+            key_encryption_key=base64.urlsafe_b64encode(os.urandom(32)).decode(),
+            **auth,  # type: ignore[arg-type]
+        ),
+    )
+
+
+@pytest.fixture
+def settings(database_url: str, tmp_path: Path) -> Settings:
+    return make_settings(database_url, tmp_path)
+
+
+@pytest.fixture
+async def runtime(settings: Settings, embedder: Embedder) -> AsyncIterator[Runtime]:
+    built = await build_runtime(settings, settings.database.url, embedder)
+    yield built
+    await built.close()
+
+
+@pytest.fixture
+async def http(runtime: Runtime) -> AsyncIterator[AsyncTestClient]:  # type: ignore[type-arg]
+    async with AsyncTestClient(app=create_app(runtime), base_url=PUBLIC_URL) as client:
+        yield client
+
+
+@pytest.fixture
+async def api(http: AsyncTestClient, runtime: Runtime) -> Api:  # type: ignore[type-arg]
+    return await Api.bootstrap(http, runtime)
