@@ -3,6 +3,7 @@ the same migrations in `migrations/`."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from alembic import command
@@ -13,7 +14,11 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.db.session import async_url
 
-MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
+# A checkout (or editable install) finds migrations/ beside service/; an installed image points
+# MEMGATE_MIGRATIONS_DIR at its copy.
+MIGRATIONS_DIR = Path(
+    os.environ.get("MEMGATE_MIGRATIONS_DIR") or Path(__file__).resolve().parents[2] / "migrations"
+)
 
 
 def alembic_config(database_url: str) -> Config:
