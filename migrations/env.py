@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+import os
+
 from alembic import context
 from sqlalchemy import create_engine, pool
 
 from service.db import models  # noqa: F401  (registers the tables on Base.metadata)
 from service.db.base import Base
+from service.db.session import async_url
 
 config = context.config
 target_metadata = Base.metadata
 
 
 def run_migrations_online() -> None:
-    url = config.get_main_option("sqlalchemy.url")
-    assert url is not None
+    # `memgate migrate` sets the URL; a bare `alembic` command reads DATABASE_URL.
+    url = config.get_main_option("sqlalchemy.url") or async_url(os.environ["DATABASE_URL"])
     engine = create_engine(url, poolclass=pool.NullPool)
     with engine.connect() as connection:
         context.configure(connection=connection, target_metadata=target_metadata)

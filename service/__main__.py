@@ -1,4 +1,4 @@
-"""The `memgate` command: serve | migrate | keys rotate | token | openapi."""
+"""The `memgate` command: serve | migrate | revision | keys rotate | token | openapi."""
 
 from __future__ import annotations
 
@@ -156,6 +156,15 @@ def cmd_migrate(settings: Settings) -> int:
     return 0
 
 
+def cmd_revision(settings: Settings, message: str) -> int:
+    from service.db.migrate import new_revision, upgrade
+
+    with database_url(settings) as url:
+        upgrade(url)
+        new_revision(url, message)
+    return 0
+
+
 def cmd_rotate_keys(settings: Settings) -> int:
     from service.embeddings.base import Embedder
     from service.runtime import build_runtime
@@ -216,6 +225,8 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("serve", help="start memgate (embedded database unless DATABASE_URL)")
     commands.add_parser("migrate", help="run database migrations to head")
+    revision = commands.add_parser("revision", help="autogenerate a migration from the models")
+    revision.add_argument("-m", "--message", required=True)
     keys = commands.add_parser("keys", help="signing keys of the embedded issuer")
     keys.add_argument("action", choices=["rotate"])
     token = commands.add_parser("token", help="print an access token for the bootstrap admin")
@@ -229,6 +240,8 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_serve(settings)
     if args.command == "migrate":
         return cmd_migrate(settings)
+    if args.command == "revision":
+        return cmd_revision(settings, args.message)
     if args.command == "keys":
         return cmd_rotate_keys(settings)
     if args.command == "token":

@@ -136,7 +136,9 @@ class TokenVerifier:
         if len(token) > MAX_TOKEN_BYTES:
             raise TokenRejected("token too large")
         header, unverified = _peek(token)
-        issuer = self._issuers.get(unverified.get("iss"))  # type: ignore[arg-type]
+        iss = unverified.get("iss")
+        # Only a string names an issuer; a list or object `iss` is unhashable and never trusted.
+        issuer = self._issuers.get(iss) if isinstance(iss, str) else None
         if issuer is None:
             raise TokenRejected("untrusted issuer")
         alg = header.get("alg")

@@ -21,8 +21,12 @@ MIGRATIONS_DIR = Path(
 )
 
 
+PYPROJECT = MIGRATIONS_DIR.parent / "pyproject.toml"
+
+
 def alembic_config(database_url: str) -> Config:
-    config = Config()
+    # In a checkout, [tool.alembic] in pyproject.toml supplies the dated file-name template.
+    config = Config(toml_file=PYPROJECT) if PYPROJECT.exists() else Config()
     config.set_main_option("script_location", str(MIGRATIONS_DIR))
     config.set_main_option("sqlalchemy.url", async_url(database_url).replace("%", "%%"))
     return config
@@ -34,6 +38,11 @@ def upgrade(database_url: str, revision: str = "head") -> None:
 
 def downgrade(database_url: str, revision: str) -> None:
     command.downgrade(alembic_config(database_url), revision)
+
+
+def new_revision(database_url: str, message: str) -> None:
+    """Autogenerate a revision from the models (`memgate revision -m ...`)."""
+    command.revision(alembic_config(database_url), message=message, autogenerate=True)
 
 
 def head_revision() -> str | None:
