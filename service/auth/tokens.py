@@ -50,12 +50,11 @@ class CachedKeySet:
         self.fetch_count = 0
 
     async def find(self, kid: str) -> KeySet | None:
-        now = time.monotonic()
-        if self._keys is None or now - self._fetched_at > self._ttl:
-            await self._refresh(force=self._keys is None)
+        if self._needs_load():
+            await self._refresh(self._needs_load)
         found = self._lookup(kid)
-        if found is None and time.monotonic() - self._attempted_at >= self._min_refetch:
-            await self._refresh(force=False)
+        if found is None and self._may_refetch():
+            await self._refresh(lambda: self._lookup(kid) is None and self._may_refetch())
             found = self._lookup(kid)
         return found
 
@@ -64,17 +63,29 @@ class CachedKeySet:
         self._attempted_at = float("-inf")
         self._fetched_at = float("-inf")
 
+    def _needs_load(self) -> bool:
+        """No keys yet; or keys past their TTL, unless the last attempt (failed or still running)
+        is younger than `min_refetch`: then the last good keys keep serving, and a source that
+        is down is not asked again on every lookup."""
+        if self._keys is None:
+            return True
+        if time.monotonic() - self._fetched_at <= self._ttl:
+            return False
+        return self._fetched_at >= self._attempted_at or self._may_refetch()
+
+    def _may_refetch(self) -> bool:
+        return time.monotonic() - self._attempted_at >= self._min_refetch
+
     def _lookup(self, kid: str) -> KeySet | None:
         if self._keys is None:
             return None
         matches = [key for key in self._keys.keys if key.kid == kid]
         return KeySet(matches) if len(matches) == 1 else None
 
-    async def _refresh(self, *, force: bool) -> None:
-        attempted = self._attempted_at
+    async def _refresh(self, still_needed: Callable[[], bool]) -> None:
         async with self._lock:
-            if self._attempted_at != attempted and not force:
-                return  # another task refreshed while we waited
+            if not still_needed():
+                return  # another task refreshed while we waited (single flight)
             self._attempted_at = time.monotonic()
             self.fetch_count += 1
             try:

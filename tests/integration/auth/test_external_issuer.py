@@ -1,0 +1,338 @@
+"""A trusted external IdP: its JWKS comes from a real local HTTP server, its tokens map to memgate
+principals through `external_subject`, and nothing else it could send is trusted."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from joserfc.jwk import ECKey, RSAKey
+from litestar.testing import AsyncTestClient
+
+from service.app import create_app
+from service.auth.tokens import CachedKeySet, TokenRejected, http_jwks_fetcher
+from service.embeddings import Embedder
+from service.runtime import build_runtime
+from service.settings import ExternalIssuer
+from tests.conftest import PUBLIC_URL, make_settings
+from tests.fixtures.api import Agent, Api
+from tests.integration.auth.forge import (
+    assert_token_rejected,
+    attacker_key,
+    embedded_key,
+    get_protected,
+    hs256_with_secret,
+    sign,
+)
+
+IDP = "https://idp.test"
+SUBJECT = "ext-user-1"
+ES256_KID = "idp-es256-1"
+RS256_KID = "idp-rs256-1"
+
+
+@dataclass
+class FakeIdp:
+    """A JWKS endpoint on 127.0.0.1 with real keys; counts every GET of the JWKS."""
+
+    url: str = ""
+    keys: list[ECKey | RSAKey] = field(default_factory=list)
+    status: int = 200
+    hits: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def document(self) -> bytes:
+        return json.dumps({"keys": [key.as_dict(private=False) for key in self.keys]}).encode()
+
+    @property
+    def es256(self) -> ECKey:
+        key = self.keys[0]
+        assert isinstance(key, ECKey)
+        return key
+
+    @property
+    def rs256(self) -> RSAKey:
+        key = self.keys[1]
+        assert isinstance(key, RSAKey)
+        return key
+
+
+def _serve(idp: FakeIdp) -> ThreadingHTTPServer:
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.path != "/jwks":
+                self.send_error(404)
+                return
+            with idp.lock:
+                idp.hits += 1
+                status, body = idp.status, idp.document()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            """Quiet."""
+
+    return ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+
+
+@pytest.fixture
+def idp() -> Iterator[FakeIdp]:
+    state = FakeIdp(
+        keys=[
+            ECKey.generate_key(
+                "P-256", parameters={"kid": ES256_KID, "alg": "ES256", "use": "sig"}
+            ),
+            RSAKey.generate_key(2048, parameters={"kid": RS256_KID, "alg": "RS256", "use": "sig"}),
+        ]
+    )
+    server = _serve(state)
+    state.url = f"http://127.0.0.1:{server.server_address[1]}/jwks"
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield state
+    server.shutdown()
+    server.server_close()
+    thread.join(timeout=5)
+
+
+@asynccontextmanager
+async def idp_app(
+    database_url: str,
+    data_dir: Path,
+    embedder: Embedder,
+    idp: FakeIdp,
+    **auth: object,
+) -> AsyncIterator[Api]:
+    settings = make_settings(
+        database_url,
+        data_dir,
+        external_issuers=(ExternalIssuer(issuer=IDP, audience="memgate", jwks_url=idp.url),),
+        **auth,
+    )
+    runtime = await build_runtime(settings, database_url, embedder)
+    try:
+        async with AsyncTestClient(app=create_app(runtime), base_url=PUBLIC_URL) as client:
+            yield await Api.bootstrap(client, runtime)
+    finally:
+        await runtime.close()
+
+
+@pytest.fixture
+async def ext_api(
+    database_url: str, tmp_path: Path, embedder: Embedder, idp: FakeIdp
+) -> AsyncIterator[Api]:
+    async with idp_app(database_url, tmp_path, embedder, idp) as api:
+        yield api
+
+
+async def _mapped_principal(api: Api, subject: str = SUBJECT) -> dict[str, Any]:
+    principal = await api.new_principal(
+        "external user", kind="user", external_issuer=IDP, external_subject=subject
+    )
+    assert principal["external_issuer"] == IDP
+    assert principal["external_subject"] == subject
+    return principal
+
+
+def idp_claims(tenant_id: str, **overrides: Any) -> dict[str, Any]:
+    now = int(time.time())
+    claims: dict[str, Any] = {
+        "iss": IDP,
+        "aud": "memgate",
+        "sub": SUBJECT,
+        "tenant": tenant_id,
+        "scope": "read:memory write:memory",
+        "iat": now,
+        "exp": now + 300,
+    }
+    for name, value in overrides.items():
+        if value is None:
+            claims.pop(name, None)
+        else:
+            claims[name] = value
+    return claims
+
+
+async def test_idp_token_writes_and_searches_memories(ext_api: Api, idp: FakeIdp) -> None:
+    principal = await _mapped_principal(ext_api)
+    token = sign(idp.es256, idp_claims(ext_api.tenant_id))
+    agent = Agent(principal["id"], "", "", token)
+    written = await ext_api.remember(
+        agent, key="deploy.window", value="deploys happen friday 10-12"
+    )
+    assert written["provenance"]["writer_id"] == principal["id"]
+    response = await ext_api.search(agent, "when do we deploy", k=5)
+    assert response.status_code == 200, response.text
+    hits = response.json()["hits"]
+    assert [hit["memory"]["id"] for hit in hits] == [written["id"]]
+    # An RS256 key of the same JWKS works too.
+    rs_token = sign(idp.rs256, idp_claims(ext_api.tenant_id), alg="RS256")
+    assert (await get_protected(ext_api.http, rs_token)).status_code == 200
+    assert idp.hits == 1
+
+
+async def test_idp_token_scope_is_a_ceiling(ext_api: Api, idp: FakeIdp) -> None:
+    await _mapped_principal(ext_api)
+    token = sign(idp.es256, idp_claims(ext_api.tenant_id, scope="read:memory"))
+    assert (await get_protected(ext_api.http, token)).status_code == 200
+    write = await ext_api.http.post(
+        "/v1/memories",
+        json={"subject": "service:billing", "kind": "fact", "key": "k", "value": "v"},
+        headers={"Authorization": f"Bearer {token}"},
+    )
+    assert write.status_code == 403, write.text
+
+
+async def test_unmapped_subject_is_rejected(ext_api: Api, idp: FakeIdp) -> None:
+    await _mapped_principal(ext_api)
+    for subject in ("ext-user-2", "EXT-USER-1", "ext-user-1 ", "' OR 1=1 --"):
+        token = sign(idp.es256, idp_claims(ext_api.tenant_id, sub=subject))
+        assert_token_rejected(await get_protected(ext_api.http, token), token)
+    # The mapped subject under another tenant id does not resolve either.
+    globex = await ext_api.other_tenant("globex")
+    for tenant in (globex.tenant_id, str(uuid.uuid4())):
+        token = sign(idp.es256, idp_claims(tenant))
+        assert_token_rejected(await get_protected(ext_api.http, token), token)
+    # The embedded principal ids are not external subjects.
+    token = sign(idp.es256, idp_claims(ext_api.tenant_id, sub=ext_api.admin.principal_id))
+    assert_token_rejected(await get_protected(ext_api.http, token), token)
+    assert idp.hits == 1
+
+
+async def test_key_not_in_the_idp_jwks_is_rejected(ext_api: Api, idp: FakeIdp) -> None:
+    await _mapped_principal(ext_api)
+    good = sign(idp.es256, idp_claims(ext_api.tenant_id))
+    assert (await get_protected(ext_api.http, good)).status_code == 200
+    assert idp.hits == 1
+    stranger = attacker_key("stranger")
+    claims = idp_claims(ext_api.tenant_id)
+    forged = [
+        sign(stranger, claims),  # a kid the IdP never published
+        sign(stranger, claims, kid=ES256_KID),  # the IdP's kid, someone else's key
+        sign(stranger, claims, kid="stranger", jwk=stranger.as_dict(private=False)),
+        sign(stranger, claims, kid="stranger", jku="http://127.0.0.1:9/jwks"),
+    ]
+    forged += [sign(attacker_key(f"junk-{i}"), claims) for i in range(20)]
+    for token in forged:
+        assert_token_rejected(await get_protected(ext_api.http, token), token)
+    # One fetch for the first token; unknown kids within the refetch gap cost nothing.
+    assert idp.hits == 1
+
+
+async def test_idp_tokens_must_pass_the_whole_checklist(ext_api: Api, idp: FakeIdp) -> None:
+    await _mapped_principal(ext_api)
+    key = idp.es256
+    tenant = ext_api.tenant_id
+    public_pem = key.as_pem(private=False)
+    now = int(time.time())
+    bad = [
+        sign(key, idp_claims(tenant), typ="JWT"),
+        sign(key, idp_claims(tenant), typ=None),
+        sign(key, idp_claims(tenant, aud="someone-else")),
+        sign(key, idp_claims(tenant, aud=None)),
+        sign(key, idp_claims(tenant, exp=now - 120)),
+        sign(key, idp_claims(tenant, nbf=now + 120)),
+        sign(key, idp_claims(tenant, exp=now + 7200)),  # beyond the max lifetime
+        sign(key, idp_claims(tenant, tenant=None)),
+        hs256_with_secret(
+            {"alg": "HS256", "typ": "at+jwt", "kid": ES256_KID}, idp_claims(tenant), public_pem
+        ),
+    ]
+    # Algorithms outside the IdP's allow-list (RS256, ES256), even with the IdP's own RSA key.
+    p384 = ECKey.generate_key("P-384", parameters={"kid": ES256_KID})
+    bad.append(sign(p384, idp_claims(tenant), alg="ES384"))
+    rsa_private = {k: v for k, v in idp.rs256.as_dict(private=True).items() if k != "alg"}
+    bad.append(sign(RSAKey.import_key(rsa_private), idp_claims(tenant), alg="PS256"))
+    for token in bad:
+        assert_token_rejected(await get_protected(ext_api.http, token), token)
+
+
+async def test_issuers_do_not_vouch_for_each_other(ext_api: Api, idp: FakeIdp) -> None:
+    """The key source is chosen by `iss`: the IdP's key cannot sign embedded tokens and the
+    embedded key cannot sign IdP tokens."""
+    principal = await _mapped_principal(ext_api)
+    runtime = ext_api.runtime
+    alice = await ext_api.new_agent("alice")
+    as_embedded = {
+        "iss": runtime.settings.server.public_url,
+        "aud": "memgate",
+        "sub": alice.principal_id,
+        "tenant": ext_api.tenant_id,
+        "client_id": alice.client_id,
+        "scope": "read:memory",
+        "jti": uuid.uuid4().hex,
+        "iat": int(time.time()),
+        "exp": int(time.time()) + 300,
+    }
+    by_idp_key = sign(idp.es256, as_embedded)
+    assert_token_rejected(await get_protected(ext_api.http, by_idp_key), by_idp_key)
+    real = await embedded_key(runtime)
+    by_embedded_key = sign(real, idp_claims(ext_api.tenant_id))
+    assert_token_rejected(await get_protected(ext_api.http, by_embedded_key), by_embedded_key)
+    # Both issuers still work for their own tokens.
+    assert (await get_protected(ext_api.http, alice.token)).status_code == 200
+    own = sign(idp.es256, idp_claims(ext_api.tenant_id))
+    assert (await get_protected(ext_api.http, own)).status_code == 200
+    assert principal["id"] != alice.principal_id
+
+
+async def test_idp_key_rotation_is_picked_up_after_the_refetch_gap(
+    database_url: str, tmp_path: Path, embedder: Embedder, idp: FakeIdp
+) -> None:
+    async with idp_app(database_url, tmp_path, embedder, idp, jwks_refetch_seconds=0.5) as api:
+        await _mapped_principal(api)
+        old = sign(idp.es256, idp_claims(api.tenant_id))
+        assert (await get_protected(api.http, old)).status_code == 200
+        assert idp.hits == 1
+        rotated = ECKey.generate_key(
+            "P-256", parameters={"kid": "idp-es256-2", "alg": "ES256", "use": "sig"}
+        )
+        with idp.lock:
+            idp.keys.append(rotated)
+        await asyncio.sleep(0.6)
+        new = sign(rotated, idp_claims(api.tenant_id))
+        assert (await get_protected(api.http, new)).status_code == 200
+        assert idp.hits == 2
+        # A burst of unknown kids right after: no further fetch within the gap.
+        for i in range(10):
+            junk = sign(attacker_key(f"junk-{i}"), idp_claims(api.tenant_id))
+            assert_token_rejected(await get_protected(api.http, junk), junk)
+        assert idp.hits == 2
+
+
+async def test_unreachable_idp_at_first_use_is_401_not_500(ext_api: Api, idp: FakeIdp) -> None:
+    await _mapped_principal(ext_api)
+    with idp.lock:
+        idp.status = 503
+    token = sign(idp.es256, idp_claims(ext_api.tenant_id))
+    assert_token_rejected(await get_protected(ext_api.http, token), token)
+
+
+async def test_stale_keys_are_served_while_the_idp_is_down_without_hammering_it(
+    idp: FakeIdp,
+) -> None:
+    """Past its TTL the key set refetches; if the IdP then fails, the last good keys keep
+    serving, and the IdP is not asked again on every lookup."""
+    keys = CachedKeySet(http_jwks_fetcher(idp.url, timeout=2.0), ttl=0.0, min_refetch=30.0)
+    assert await keys.find(ES256_KID) is not None
+    assert idp.hits == 1
+    with idp.lock:
+        idp.status = 500
+    for _ in range(10):
+        assert await keys.find(ES256_KID) is not None
+    assert idp.hits <= 2
+    with pytest.raises(TokenRejected):
+        await CachedKeySet(http_jwks_fetcher(idp.url, timeout=2.0)).find(ES256_KID)
