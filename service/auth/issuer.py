@@ -85,6 +85,17 @@ class RegisteredClient(ClientMixin):  # type: ignore[misc]
         return " ".join(sorted(granted))
 
 
+def _unknown_client(client_id: str) -> RegisteredClient:
+    return RegisteredClient(
+        client_id=client_id,
+        tenant_id=uuid.UUID(int=0),
+        principal_id=uuid.UUID(int=0),
+        kind="agent",
+        secret_hash=_DUMMY_HASH,
+        allowed_scopes=frozenset(),
+    )
+
+
 class _ClientCredentials(grants.ClientCredentialsGrant):  # type: ignore[misc]
     TOKEN_ENDPOINT_AUTH_METHODS = ["client_secret_basic", "client_secret_post"]
 
@@ -106,11 +117,13 @@ class _Server(AuthorizationServer):  # type: ignore[misc]
         self._client = client
         self.register_grant(_ClientCredentials)
 
-    def query_client(self, client_id: str) -> RegisteredClient | None:
-        if self._client is None or self._client.client_id != client_id:
-            verify_secret(_DUMMY_HASH, client_id)
-            return None
-        return self._client
+    def query_client(self, client_id: str) -> RegisteredClient:
+        """Unknown, disabled and other ids get a stand-in whose secret never matches, so every
+        failure takes the same path, status, words and argon2 cost: the endpoint does not tell
+        which client ids exist."""
+        if self._client is not None and self._client.client_id == client_id:
+            return self._client
+        return _unknown_client(client_id)
 
     def create_oauth2_request(self, request: OAuth2Request) -> OAuth2Request:
         return request

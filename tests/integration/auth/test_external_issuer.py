@@ -336,3 +336,33 @@ async def test_stale_keys_are_served_while_the_idp_is_down_without_hammering_it(
     assert idp.hits <= 2
     with pytest.raises(TokenRejected):
         await CachedKeySet(http_jwks_fetcher(idp.url, timeout=2.0)).find(ES256_KID)
+
+
+async def test_admin_scopes_from_an_idp_never_reach_an_agent_principal(
+    ext_api: Api, idp: FakeIdp
+) -> None:
+    """Red-team F5: the IdP may put anything in `scope`; an agent principal still gets no admin
+    scope, so it cannot register clients (here: for the tenant's bootstrap admin)."""
+    await ext_api.new_principal(
+        "external bot", kind="agent", external_issuer=IDP, external_subject=SUBJECT
+    )
+    token = sign(
+        idp.es256,
+        idp_claims(ext_api.tenant_id, scope="manage:policy manage:tenant read:memory"),
+    )
+    headers = {"Authorization": f"Bearer {token}"}
+    assert (await ext_api.http.get("/v1/memories", headers=headers)).status_code == 200
+    minted = await ext_api.http.post(
+        "/v1/clients",
+        json={
+            "principal_id": ext_api.admin.principal_id,
+            "name": "escalate",
+            "kind": "admin",
+            "scopes": ["manage:policy"],
+        },
+        headers=headers,
+    )
+    assert minted.status_code == 403, minted.text
+    assert minted.json()["required_scope"] == "manage:policy"
+    clients = await ext_api.http.get("/v1/clients", headers=ext_api.admin.headers)
+    assert [c["name"] for c in clients.json()["items"]] == ["bootstrap-admin"]
