@@ -30,6 +30,8 @@ def configure_logging(*, json_logs: bool, level: int = logging.INFO) -> None:
         wrapper_class=structlog.make_filtering_bound_logger(level),
         cache_logger_on_first_use=False,
     )
+    # authlib logs whole issued tokens at DEBUG ("Issue token ..."): never let that through.
+    logging.getLogger("authlib").setLevel(max(level, logging.WARNING))
 
 
 _access = structlog.get_logger("memgate.access")
