@@ -11,6 +11,7 @@ from litestar.openapi.spec import Components, SecurityScheme
 
 from service.auth.controller import OAuthController
 from service.auth.middleware import BearerAuthentication
+from service.http.body import strict_json_body
 from service.http.deps import provide_db, provide_runtime
 from service.http.errors import handle_exception
 from service.http.health import HealthController
@@ -62,6 +63,7 @@ def create_app(runtime: Runtime | None = None) -> Litestar:
             "runtime": Provide(provide_runtime, sync_to_thread=False),
         },
         middleware=[request_context_middleware, auth],
+        before_request=strict_json_body,
         exception_handlers={Exception: handle_exception},
         openapi_config=openapi_config(),
         request_max_body_size=(

@@ -108,16 +108,28 @@ async def search(
     k: int,
     min_score: float | None,
 ) -> list[tuple[Memory, float]]:
-    """Exact pre-filtered kNN in one statement: the inner query ranks only visible rows (an
-    index-only scan of the covering index when no filter needs the heap), the outer one fetches
-    the k winners. Complete by construction: if k visible rows exist, k come back."""
+    """Exact pre-filtered kNN in one statement: the inner query scores only visible rows (an
+    index-only scan of the covering index when no filter needs the heap), the middle one ranks
+    them, the outer one fetches the k winners. Complete by construction: if k visible rows
+    exist, k come back.
+
+    The scoring CTE is MATERIALIZED so `ORDER BY distance LIMIT k` can never be pushed into the
+    scan: an ANN index (HNSW, IVFFlat) on `embedding` would otherwise rank the nearest rows of
+    the whole table first and filter after, answering fewer than k (often zero) hits."""
     distance = Memory.embedding.cosine_distance(query_vector)
-    ranked = scope.select(Memory.id.label("id"), distance.label("distance")).where(
+    scored = scope.select(Memory.id.label("id"), distance.label("distance")).where(
         *filters.conditions()
     )
     if min_score is not None:
-        ranked = ranked.where(distance <= 1.0 - min_score)
-    ranked_cte = ranked.order_by(distance).limit(k).cte("ranked").prefix_with("MATERIALIZED")
+        scored = scored.where(distance <= 1.0 - min_score)
+    scored_cte = scored.cte("scored").prefix_with("MATERIALIZED")
+    ranked_cte = (
+        select(scored_cte.c.id, scored_cte.c.distance)
+        .order_by(scored_cte.c.distance, scored_cte.c.id)
+        .limit(k)
+        .cte("ranked")
+        .prefix_with("MATERIALIZED")
+    )
     statement = (
         scope.select(Memory, (1.0 - ranked_cte.c.distance).label("score"))
         .join(ranked_cte, ranked_cte.c.id == Memory.id)

@@ -1,0 +1,200 @@
+"""The per-route access matrix (no token, missing scope, another tenant's id, minimal scope), run
+against real tokens. tests/integration/memory and tests/integration/identity parametrize it over
+their part of `support.ROUTES`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from tests.fixtures.api import MEMORY_SCOPES, Agent, Api
+from tests.integration.memory.support import (
+    Route,
+    Targets,
+    assert_problem,
+    call,
+    count_memories,
+    random_id,
+    scalar,
+    target_id,
+)
+
+ADMIN_ONLY = "manage:policy"
+
+
+async def check_unauthenticated(http: Any, route: Route) -> None:
+    """No token, a non-bearer scheme, an empty bearer and a forged token: 401 with a challenge,
+    whatever the body or id."""
+    body = route.body(Targets(random_id(), random_id(), random_id())) if route.body else None
+    resource_id = random_id()
+    cases: list[tuple[dict[str, str], str | None]] = [
+        ({}, None),
+        ({"Authorization": "Basic dXNlcjpwYXNz"}, None),
+        ({"Authorization": "Bearer "}, None),
+        ({"Authorization": "Bearer not.a.jwt"}, "invalid_token"),
+    ]
+    for headers, error in cases:
+        response = await call(http, route, resource_id, headers, body)
+        problem = assert_problem(response, 401, "unauthenticated")
+        challenge = response.headers.get("www-authenticate", "")
+        assert challenge.startswith("Bearer "), (headers, challenge)
+        assert 'realm="memgate"' in challenge
+        if error is not None:
+            assert f'error="{error}"' in challenge
+        assert "not.a.jwt" not in response.text
+        assert set(problem) <= {"type", "title", "status", "detail", "instance"}
+
+
+async def _own_targets(api: Api, agent: Agent) -> Targets:
+    memory = await api.remember(agent, key="matrix.own", value="the caller's own memory")
+    return Targets(memory["id"], agent.principal_id, agent.client_id)
+
+
+async def _state(api: Api, targets: Targets) -> tuple[Any, ...]:
+    """Everything a refused call could have changed."""
+    runtime = api.runtime
+    return (
+        await count_memories(runtime),
+        await scalar(runtime, "SELECT count(*) FROM principals"),
+        await scalar(runtime, "SELECT count(*) FROM clients"),
+        await scalar(runtime, "SELECT count(*) FROM clients WHERE disabled_at IS NOT NULL"),
+        await scalar(runtime, "SELECT count(*) FROM memories WHERE id = :id", id=targets.memory_id),
+    )
+
+
+def _assert_insufficient(response: Any, scope: str) -> None:
+    problem = assert_problem(response, 403, "insufficient-scope")
+    assert problem["required_scope"] == scope
+    assert scope in problem["detail"]
+    challenge = response.headers["www-authenticate"]
+    assert 'error="insufficient_scope"' in challenge
+    assert f'scope="{scope}"' in challenge
+
+
+async def check_insufficient_scope(api: Api, route: Route) -> None:
+    """Tokens that hold everything but the route's scope: 403 naming it, and nothing changes."""
+    alice = await api.new_agent("alice")
+    targets = await _own_targets(api, alice)
+    body = route.body(targets) if route.body else None
+    tokens: list[str] = []
+    if route.scope in MEMORY_SCOPES:
+        others = " ".join(scope for scope in MEMORY_SCOPES if scope != route.scope)
+        tokens.append(await api.access_token(alice.client_id, alice.secret, others))
+        # The admin client holds every scope; narrowed to the other ones it is refused too.
+        tokens.append(await api.access_token(api.admin.client_id, api.admin.secret, others))
+    else:
+        assert route.scope == ADMIN_ONLY
+        # An agent never holds manage:policy: not by default, and not when it asks for it.
+        tokens.append(alice.token)
+        asked = await api.token_response(alice.client_id, alice.secret, f"{ADMIN_ONLY} read:memory")
+        assert asked.status_code == 200, asked.text
+        assert asked.json()["scope"].split() == ["read:memory"]
+        tokens.append(asked.json()["access_token"])
+        tokens.append(
+            await api.access_token(api.admin.client_id, api.admin.secret, " ".join(MEMORY_SCOPES))
+        )
+    before = await _state(api, targets)
+    for token in tokens:
+        headers = {"Authorization": f"Bearer {token}"}
+        response = await call(api.http, route, target_id(route, targets), headers, body)
+        _assert_insufficient(response, route.scope)
+    assert await _state(api, targets) == before
+
+
+async def check_cross_tenant_not_found(api: Api, route: Route) -> None:
+    """Another tenant's id answers the very bytes of a random id (apart from the id itself), and
+    the other tenant's resource is untouched. Memory ids of another principal of the same tenant
+    answer the same bytes too."""
+    assert route.resource is not None
+    other = await api.other_tenant()
+    carol = await other.new_agent("carol")
+    foreign = await _own_targets(other, carol)
+    caller = await api.new_agent("alice") if route.group == "memory" else api.admin
+    foreign_ids = [target_id(route, foreign)]
+    if route.resource == "memory":
+        bob = await api.new_agent("bob")
+        foreign_ids.append((await _own_targets(api, bob)).memory_id)
+    before = await _state(other, foreign)
+
+    fresh = random_id()
+    baseline = await call(api.http, route, fresh, caller.headers)
+    baseline_problem = assert_problem(baseline, 404, route.not_found_slug)
+    assert fresh in baseline_problem["detail"]
+    expected = baseline.content.replace(fresh.encode(), b"{id}")
+    for foreign_id in foreign_ids:
+        response = await call(api.http, route, foreign_id, caller.headers)
+        problem = assert_problem(response, 404, route.not_found_slug)
+        assert {k: problem[k] for k in ("type", "title", "status")} == {
+            k: baseline_problem[k] for k in ("type", "title", "status")
+        }
+        assert response.content.replace(foreign_id.encode(), b"{id}") == expected
+        assert response.headers["content-length"] == baseline.headers["content-length"]
+        assert response.headers.get("www-authenticate") is None
+
+    assert await _state(other, foreign) == before
+    # The owner still sees its memory / client exactly as before.
+    check = await other.http.get(f"/v1/memories/{foreign.memory_id}", headers=carol.headers)
+    assert check.status_code == 200, check.text
+    assert check.json()["status"] == "live"
+    client = await other.http.get(f"/v1/clients/{foreign.client_id}", headers=other.admin.headers)
+    assert client.status_code == 200, client.text
+    assert client.json()["disabled_at"] is None
+    assert await other.access_token(carol.client_id, carol.secret)
+
+
+async def check_minimal_scope(api: Api, route: Route) -> None:
+    """A token holding only the route's scope is enough, and the answer carries the right data."""
+    alice = await api.new_agent("alice")
+    targets = await _own_targets(api, alice)
+    caller = alice if route.scope in MEMORY_SCOPES else api.admin
+    token = await api.access_token(caller.client_id, caller.secret, route.scope)
+    headers = {"Authorization": f"Bearer {token}"}
+    body = route.body(targets) if route.body else None
+    before = await count_memories(api.runtime)
+    response = await call(api.http, route, target_id(route, targets), headers, body)
+    assert response.status_code == route.ok_status, response.text
+    body_out: Any = response.json() if response.content else None
+    projections: dict[str, Callable[[Any], tuple[Any, Any]]] = {
+        "POST /v1/memories": lambda b: (
+            (b["memory"]["provenance"]["writer_id"], b["memory"]["key"]),
+            (alice.principal_id, "matrix"),
+        ),
+        "GET /v1/memories": lambda b: ([i["id"] for i in b["items"]], [targets.memory_id]),
+        "POST /v1/memories/search": lambda b: (
+            [h["memory"]["id"] for h in b["hits"]],
+            [targets.memory_id],
+        ),
+        "GET /v1/memories/{id}": lambda b: (b["id"], targets.memory_id),
+        "DELETE /v1/memories/{id}": lambda b: (b, None),
+        "POST /v1/principals": lambda b: (
+            (b["display_name"], b["kind"], b["personal_space_id"] is not None),
+            ("matrix-bot", "agent", True),
+        ),
+        "GET /v1/principals": lambda b: (
+            {i["id"] for i in b["items"]},
+            {api.admin.principal_id, alice.principal_id},
+        ),
+        "GET /v1/principals/{id}": lambda b: (b["id"], alice.principal_id),
+        "POST /v1/clients": lambda b: (
+            (b["client"]["principal_id"], b["client"]["scopes"], b["client_secret"][:4]),
+            (alice.principal_id, ["read:memory"], "mgs_"),
+        ),
+        "GET /v1/clients": lambda b: (
+            {i["client_id"] for i in b["items"]},
+            {api.admin.client_id, alice.client_id},
+        ),
+        "GET /v1/clients/{id}": lambda b: (
+            (b["client_id"], "client_secret" in b),
+            (alice.client_id, False),
+        ),
+        "POST /v1/clients/{id}/disable": lambda b: (
+            (b["client_id"], b["disabled_at"] is not None),
+            (alice.client_id, True),
+        ),
+    }
+    actual, expected = projections[str(route)](body_out)
+    assert actual == expected
+    delta = {"POST /v1/memories": 1, "DELETE /v1/memories/{id}": -1}.get(str(route), 0)
+    assert await count_memories(api.runtime) == before + delta
+    if route.group == "admin":
+        assert "mgs_" not in response.text or str(route) == "POST /v1/clients"

@@ -1,0 +1,153 @@
+"""Shared helpers of the memory and identity API tests: problem assertions, raw row counts and
+the route table the access matrix is parametrized over."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+from sqlalchemy import text
+
+from service.problems import PROBLEM_BASE_URI, PROBLEM_TYPES
+from service.runtime import Runtime
+
+PROBLEM_JSON = "application/problem+json"
+
+
+def problem_uri(slug: str) -> str:
+    return PROBLEM_BASE_URI + slug
+
+
+def assert_problem(response: httpx.Response, status: int, slug: str) -> dict[str, Any]:
+    """The response is an RFC 9457 problem of this type with a non-empty detail."""
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].split(";")[0].strip() == PROBLEM_JSON, response.headers
+    body: dict[str, Any] = response.json()
+    assert body["type"] == problem_uri(slug), body
+    assert body["status"] == status, body
+    assert body["title"] == PROBLEM_TYPES[slug].title, body
+    assert isinstance(body["detail"], str), body
+    assert body["detail"].strip(), body
+    return body
+
+
+async def scalar(runtime: Runtime, sql: str, **params: Any) -> Any:
+    async with runtime.engine.connect() as conn:
+        return (await conn.execute(text(sql), params)).scalar()
+
+
+async def count_memories(runtime: Runtime) -> int:
+    count: int = await scalar(runtime, "SELECT count(*) FROM memories")
+    return count
+
+
+async def memory_rows(runtime: Runtime, where: str = "TRUE", **params: Any) -> list[dict[str, Any]]:
+    """Raw rows of `memories` (bypassing every API filter), oldest version first."""
+    async with runtime.engine.connect() as conn:
+        result = await conn.execute(
+            text(
+                "SELECT id, tenant_id, space_id, owner_id, subject, kind, key, value, version, "
+                "supersedes, superseded_by, superseded_at, valid_until, expires_at "
+                f"FROM memories WHERE {where} ORDER BY version, recorded_at, id"
+            ),
+            params,
+        )
+        return [dict(row) for row in result.mappings().all()]
+
+
+@dataclass(frozen=True)
+class Targets:
+    """Ids a route template can be filled with (`{id}`) plus valid bodies for its happy path."""
+
+    memory_id: str
+    principal_id: str
+    client_id: str
+
+
+@dataclass(frozen=True)
+class Route:
+    method: str
+    template: str
+    scope: str
+    group: str  # "memory" or "admin"
+    resource: str | None = None  # what `{id}` names: "memory", "principal" or "client"
+    body: Callable[[Targets], dict[str, Any]] | None = None
+    ok_status: int = 200
+
+    def path(self, resource_id: str) -> str:
+        return self.template.replace("{id}", resource_id)
+
+    @property
+    def not_found_slug(self) -> str:
+        assert self.resource is not None
+        return f"{self.resource}-not-found"
+
+    def __str__(self) -> str:
+        return f"{self.method} {self.template}"
+
+
+def _memory_body(_: Targets) -> dict[str, Any]:
+    return {"subject": "service:billing", "kind": "fact", "key": "matrix", "value": "matrix row"}
+
+
+def _search_body(_: Targets) -> dict[str, Any]:
+    return {"query": "what is in the matrix", "k": 5}
+
+
+def _principal_body(_: Targets) -> dict[str, Any]:
+    return {"display_name": "matrix-bot", "kind": "agent"}
+
+
+def _client_body(targets: Targets) -> dict[str, Any]:
+    return {"principal_id": targets.principal_id, "name": "matrix", "scopes": ["read:memory"]}
+
+
+ROUTES: tuple[Route, ...] = (
+    Route("POST", "/v1/memories", "write:memory", "memory", body=_memory_body, ok_status=201),
+    Route("GET", "/v1/memories", "read:memory", "memory"),
+    Route("POST", "/v1/memories/search", "read:memory", "memory", body=_search_body),
+    Route("GET", "/v1/memories/{id}", "read:memory", "memory", resource="memory"),
+    Route(
+        "DELETE", "/v1/memories/{id}", "delete:memory", "memory", resource="memory", ok_status=204
+    ),
+    Route("POST", "/v1/principals", "manage:policy", "admin", body=_principal_body, ok_status=201),
+    Route("GET", "/v1/principals", "manage:policy", "admin"),
+    Route("GET", "/v1/principals/{id}", "manage:policy", "admin", resource="principal"),
+    Route("POST", "/v1/clients", "manage:policy", "admin", body=_client_body, ok_status=201),
+    Route("GET", "/v1/clients", "manage:policy", "admin"),
+    Route("GET", "/v1/clients/{id}", "manage:policy", "admin", resource="client"),
+    Route("POST", "/v1/clients/{id}/disable", "manage:policy", "admin", resource="client"),
+)
+MEMORY_ROUTES = tuple(route for route in ROUTES if route.group == "memory")
+ADMIN_ROUTES = tuple(route for route in ROUTES if route.group == "admin")
+ID_ROUTES = tuple(route for route in ROUTES if route.resource is not None)
+
+
+def random_id() -> str:
+    return str(uuid.uuid4())
+
+
+def target_id(route: Route, targets: Targets) -> str:
+    if route.resource == "memory":
+        return targets.memory_id
+    if route.resource == "principal":
+        return targets.principal_id
+    if route.resource == "client":
+        return targets.client_id
+    return random_id()
+
+
+async def call(
+    http: Any,
+    route: Route,
+    resource_id: str,
+    headers: dict[str, str] | None = None,
+    body: dict[str, Any] | None = None,
+) -> httpx.Response:
+    response: httpx.Response = await http.request(
+        route.method, route.path(resource_id), json=body, headers=headers or {}
+    )
+    return response

@@ -1,0 +1,49 @@
+"""Access matrix of the memory routes: 401 without a token, 403 without the route's scope, 404
+(indistinguishable from a random id) for another tenant's or another principal's memory."""
+
+from __future__ import annotations
+
+import pytest
+from litestar.testing import AsyncTestClient
+
+from tests.fixtures.api import Api
+from tests.integration.memory import matrix
+from tests.integration.memory.support import ID_ROUTES, MEMORY_ROUTES, Route
+
+MEMORY_ID_ROUTES = tuple(route for route in ID_ROUTES if route.group == "memory")
+
+
+@pytest.mark.parametrize("route", MEMORY_ROUTES, ids=str)
+async def test_no_token_is_401_with_challenge(
+    http: AsyncTestClient,  # type: ignore[type-arg]
+    route: Route,
+) -> None:
+    await matrix.check_unauthenticated(http, route)
+
+
+@pytest.mark.parametrize("route", MEMORY_ROUTES, ids=str)
+async def test_missing_scope_is_403_naming_it(api: Api, route: Route) -> None:
+    await matrix.check_insufficient_scope(api, route)
+
+
+@pytest.mark.parametrize("route", MEMORY_ID_ROUTES, ids=str)
+async def test_foreign_id_is_404_like_a_random_id(api: Api, route: Route) -> None:
+    await matrix.check_cross_tenant_not_found(api, route)
+
+
+@pytest.mark.parametrize("route", MEMORY_ROUTES, ids=str)
+async def test_the_route_scope_alone_is_enough(api: Api, route: Route) -> None:
+    await matrix.check_minimal_scope(api, route)
+
+
+def test_route_table_covers_every_memory_route() -> None:
+    from service.app import create_app
+
+    declared = {
+        (method, route.path.replace("{memory_id:str}", "{id}").rstrip("/") or "/")
+        for route in create_app().routes
+        if route.path.startswith("/v1/memories")
+        for method in getattr(route, "methods", ())
+        if method not in {"HEAD", "OPTIONS"}
+    }
+    assert declared == {(route.method, route.template) for route in MEMORY_ROUTES}

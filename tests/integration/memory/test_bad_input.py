@@ -1,0 +1,327 @@
+"""Bad input answers a specific problem, writes nothing, and a 500 leaks nothing."""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+
+from service.settings import MemorySettings, ServerSettings
+from tests.fixtures.api import Api
+from tests.integration.memory.support import assert_problem, count_memories, memory_rows
+
+MAX_VALUE = MemorySettings().max_value_chars
+MAX_BODY = ServerSettings().max_body_bytes
+VALID = {"subject": "service:billing", "kind": "fact", "key": "bad.input", "value": "v"}
+SEARCH = "/v1/memories/search"
+
+
+def _b64(payload: object) -> str:
+    return base64.urlsafe_b64encode(json.dumps(payload).encode()).decode()
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    method: str
+    path: str
+    status: int
+    slug: str
+    json: Any = None
+    content: bytes | None = None
+    field: str | None = None  # named in `errors` of an invalid-request problem
+    mentions: str | None = None  # appears in `detail`
+
+    def __str__(self) -> str:
+        return self.name
+
+
+CASES = (
+    Case(
+        "unknown-field",
+        "POST",
+        "/v1/memories",
+        422,
+        "invalid-request",
+        json=VALID | {"importance": 5},
+        mentions="importance",
+    ),
+    Case(
+        "unknown-search-field",
+        "POST",
+        SEARCH,
+        422,
+        "invalid-request",
+        json={"query": "q", "top_k": 3},
+        mentions="top_k",
+    ),
+    Case(
+        "k-as-string",
+        "POST",
+        SEARCH,
+        422,
+        "invalid-request",
+        json={"query": "q", "k": "3"},
+        field="k",
+    ),
+    Case(
+        "min-score-as-string",
+        "POST",
+        SEARCH,
+        422,
+        "invalid-request",
+        json={"query": "q", "min_score": "0.5"},
+        field="min_score",
+    ),
+    Case(
+        "value-as-number",
+        "POST",
+        "/v1/memories",
+        422,
+        "invalid-request",
+        json=VALID | {"value": 42},
+        field="value",
+    ),
+    Case(
+        "ttl-as-string",
+        "POST",
+        "/v1/memories",
+        422,
+        "invalid-request",
+        json=VALID | {"ttl_seconds": "60"},
+        field="ttl_seconds",
+    ),
+    Case(
+        "valid-from-as-number",
+        "POST",
+        "/v1/memories",
+        422,
+        "invalid-request",
+        json=VALID | {"valid_from": 1_700_000_000},
+        field="valid_from",
+    ),
+    Case(
+        "missing-value",
+        "POST",
+        "/v1/memories",
+        422,
+        "invalid-request",
+        json={k: v for k, v in VALID.items() if k != "value"},
+        mentions="value",
+    ),
+    Case(
+        "missing-query",
+        "POST",
+        SEARCH,
+        422,
+        "invalid-request",
+        json={"k": 3},
+        mentions="query",
+    ),
+    Case(
+        "invalid-kind",
+        "POST",
+        "/v1/memories",
+        422,
+        "invalid-request",
+        json=VALID | {"kind": "rumour"},
+        field="kind",
+    ),
+    Case(
+        "invalid-filter-kind",
+        "POST",
+        SEARCH,
+        422,
+        "invalid-request",
+        json={"query": "q", "filters": {"kind": "rumour"}},
+        mentions="kind",
+    ),
+    Case(
+        "empty-value",
+        "POST",
+        "/v1/memories",
+        422,
+        "invalid-request",
+        json=VALID | {"value": ""},
+        field="value",
+    ),
+    Case(
+        "key-with-spaces",
+        "POST",
+        "/v1/memories",
+        422,
+        "invalid-request",
+        json=VALID | {"key": "deploy window"},
+        field="key",
+    ),
+    Case(
+        "value-too-long",
+        "POST",
+        "/v1/memories",
+        422,
+        "value-too-long",
+        json=VALID | {"value": "x" * (MAX_VALUE + 1)},
+        mentions=str(MAX_VALUE),
+    ),
+    Case(
+        "ttl-zero",
+        "POST",
+        "/v1/memories",
+        422,
+        "invalid-request",
+        json=VALID | {"ttl_seconds": 0},
+        field="ttl_seconds",
+    ),
+    Case(
+        "valid-from-naive",
+        "POST",
+        "/v1/memories",
+        422,
+        "invalid-request",
+        json=VALID | {"valid_from": "2026-11-30T12:00:00"},
+        field="valid_from",
+    ),
+    Case("k-zero", "POST", SEARCH, 422, "k-out-of-range", json={"query": "q", "k": 0}),
+    Case("k-101", "POST", SEARCH, 422, "k-out-of-range", json={"query": "q", "k": 101}),
+    Case(
+        "min-score-2",
+        "POST",
+        SEARCH,
+        422,
+        "invalid-request",
+        json={"query": "q", "min_score": 2},
+        field="min_score",
+    ),
+    Case("get-malformed-id", "GET", "/v1/memories/not-a-uuid", 400, "malformed-id"),
+    Case("delete-malformed-id", "DELETE", "/v1/memories/not-a-uuid", 400, "malformed-id"),
+    Case("cursor-garbage", "GET", "/v1/memories?cursor=%%%not-base64!!", 400, "bad-cursor"),
+    Case("cursor-other-json", "GET", f"/v1/memories?cursor={_b64({'page': 2})}", 400, "bad-cursor"),
+    Case(
+        "cursor-bad-uuid",
+        "GET",
+        f"/v1/memories?cursor={_b64({'v': 1, 'after': 'nope'})}",
+        400,
+        "bad-cursor",
+    ),
+    Case("limit-0", "GET", "/v1/memories?limit=0", 422, "invalid-request", field="limit"),
+    Case("limit-1000", "GET", "/v1/memories?limit=1000", 422, "invalid-request", field="limit"),
+    Case("limit-text", "GET", "/v1/memories?limit=ten", 422, "invalid-request", field="limit"),
+    Case("list-bad-kind", "GET", "/v1/memories?kind=rumour", 422, "invalid-request", field="kind"),
+    Case(
+        "body-not-json",
+        "POST",
+        "/v1/memories",
+        400,
+        "malformed-request",
+        content=b'{"subject": "service:billing", kind: fact',
+    ),
+    Case(
+        "body-empty",
+        "POST",
+        "/v1/memories",
+        422,
+        "invalid-request",
+        content=b"",
+        field="body",
+    ),
+    Case(
+        "body-json-array",
+        "POST",
+        "/v1/memories",
+        422,
+        "invalid-request",
+        content=b'["service:billing", "fact", "k", "v"]',
+    ),
+    Case(
+        "body-over-server-max",
+        "POST",
+        "/v1/memories",
+        413,
+        "body-too-large",
+        content=json.dumps(VALID | {"value": "x" * MAX_BODY}).encode(),
+    ),
+)
+
+
+@pytest.mark.parametrize("case", CASES, ids=str)
+async def test_bad_input_is_a_specific_problem_and_writes_nothing(api: Api, case: Case) -> None:
+    alice = await api.new_agent("alice")
+    existing = await api.remember(alice, key="existing", value="already here")
+    before = await count_memories(api.runtime)
+    headers = dict(alice.headers)
+    if case.content is not None:
+        headers["Content-Type"] = "application/json"
+    response = await api.http.request(
+        case.method, case.path, json=case.json, content=case.content, headers=headers
+    )
+    problem = assert_problem(response, case.status, case.slug)
+    if case.field is not None:
+        assert case.field in {error["field"] for error in problem.get("errors", [])}, problem
+        assert case.field in problem["detail"]
+    if case.mentions is not None:
+        assert case.mentions in problem["detail"], problem
+    assert "Traceback" not in response.text
+    assert await count_memories(api.runtime) == before
+    assert await memory_rows(api.runtime, "key = 'bad.input'") == []
+    still = await api.http.get(f"/v1/memories/{existing['id']}", headers=alice.headers)
+    assert still.status_code == 200
+    assert still.json()["status"] == "live"
+
+
+async def test_limits_are_inclusive(api: Api) -> None:
+    alice = await api.new_agent("alice")
+    longest = await api.remember(alice, key="bad.input", value="x" * MAX_VALUE)
+    assert len(longest["value"]) == MAX_VALUE
+    for k in (1, 100):
+        response = await api.search(alice, "x", k=k)
+        assert response.status_code == 200, response.text
+        assert response.json()["k"] == k
+    for limit in (1, 100):
+        response = await api.http.get(
+            "/v1/memories", params={"limit": limit}, headers=alice.headers
+        )
+        assert response.status_code == 200, response.text
+    response = await api.search(alice, "x", min_score=1)
+    assert response.status_code == 200, response.text
+    assert response.json()["min_score"] == 1.0
+
+
+async def test_internal_error_leaks_no_sql_or_traceback(api: Api) -> None:
+    alice = await api.new_agent("alice")
+    await api.remember(alice, key="before.break", value="written before the schema broke")
+    async with api.runtime.engine.begin() as conn:
+        await conn.execute(text("ALTER TABLE memories RENAME COLUMN value TO value_x"))
+    calls = [
+        ("POST", "/v1/memories", VALID),
+        ("GET", "/v1/memories", None),
+        ("POST", SEARCH, {"query": "schema"}),
+    ]
+    for method, path, body in calls:
+        response = await api.http.request(method, path, json=body, headers=alice.headers)
+        problem = assert_problem(response, 500, "internal-error")
+        assert set(problem) == {"type", "title", "status", "detail", "instance"}
+        assert problem["instance"] == path
+        lowered = response.text.lower()
+        for leak in (
+            "traceback",
+            "select",
+            "insert",
+            "psycopg",
+            "sqlalchemy",
+            "undefinedcolumn",
+            "value_x",
+            "column",
+            "embedding",
+            "tenant_id",
+            "superseded",
+            "already",
+            "service:billing",
+        ):
+            assert leak not in lowered, (leak, response.text)
+    async with api.runtime.engine.connect() as conn:
+        rows = (await conn.execute(text("SELECT count(*) FROM memories"))).scalar()
+    assert rows == 1
