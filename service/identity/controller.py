@@ -65,7 +65,7 @@ class ClientController(Controller):
         self, request: AuthedRequest, data: JSONBody[ClientCreate], db: Db
     ) -> ClientCreated:
         """Register an OAuth client serving one principal. The secret is in this answer only."""
-        return await _service(request, db).create_client(data)
+        return await _service(request, db).create_client(request.user, data)
 
     @get("/", guards=_ADMIN)
     async def list_clients(self, request: AuthedRequest, db: Db) -> ClientList:

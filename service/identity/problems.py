@@ -16,8 +16,8 @@ class ClientNotFound(Problem, slug="client-not-found", status=404, title="Client
 
 
 class ScopeNotAllowed(Problem, slug="scope-not-allowed", status=422, title="Scope not allowed"):
-    """A client was registered with a scope it may never hold (e.g. an admin scope for an
-    agent) or with an unknown scope."""
+    """A client was registered with a scope it may never hold (an admin scope or admin client
+    for an agent principal), an unknown scope, or a scope the caller's own token lacks."""
 
 
 class ExternalSubjectTaken(

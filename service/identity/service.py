@@ -10,13 +10,14 @@ import secrets
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Protocol
 
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.auth.issuer import hash_secret
-from service.auth.scopes import ADMIN_SCOPES, ALL_SCOPES
+from service.auth.scopes import ADMIN_SCOPES, ALL_SCOPES, Scope
 from service.db.base import uuid7
 from service.db.models import Client, Principal, Space, Tenant
 from service.identity.problems import (
@@ -32,8 +33,19 @@ from service.identity.schemas import (
     PrincipalCreate,
     PrincipalOut,
 )
+from service.problems import InsufficientScope
 
 LIST_LIMIT = 500
+
+
+class CallerScopes(Protocol):
+    """What registration needs to know of the caller (a `Principal` satisfies it)."""
+
+    @property
+    def principal_id(self) -> uuid.UUID: ...
+
+    @property
+    def scopes(self) -> frozenset[str]: ...
 
 
 def new_client_secret() -> str:
@@ -95,10 +107,32 @@ class IdentityService:
         )
         return [_principal_out(principal, space_id) for principal, space_id in rows.all()]
 
-    async def create_client(self, data: ClientCreate) -> ClientCreated:
+    async def create_client(self, caller: CallerScopes, data: ClientCreate) -> ClientCreated:
+        """Register a client. Three ceilings: the scopes must be ones the caller's own token
+        holds; admin clients and admin scopes only for users and services, never agents; and a
+        client acting as *another* principal (its holder reads that principal's memories) needs
+        `manage:tenant` on top of `manage:policy`."""
         scopes = _checked_scopes(data.kind, data.scopes)
-        if await self._session.get(Principal, (self._tenant_id, data.principal_id)) is None:
+        missing = scopes - caller.scopes
+        if missing:
+            raise ScopeNotAllowed(
+                "You can only register scopes your own token holds; missing: "
+                f"{', '.join(sorted(missing))}."
+            )
+        target = await self._session.get(Principal, (self._tenant_id, data.principal_id))
+        if target is None:
             raise PrincipalNotFound(f"No principal {data.principal_id} in your tenant.")
+        if target.kind == "agent" and (data.kind == "admin" or scopes & ADMIN_SCOPES):
+            raise ScopeNotAllowed(
+                "Principal is an agent: agents never get admin clients or admin scopes."
+            )
+        if target.id != caller.principal_id and Scope.MANAGE_TENANT not in caller.scopes:
+            raise InsufficientScope(
+                "Registering a client that acts as another principal needs the "
+                f"'{Scope.MANAGE_TENANT}' scope as well: its holder would read that "
+                "principal's memories.",
+                required_scope=str(Scope.MANAGE_TENANT),
+            )
         secret = new_client_secret()
         client = Client(
             tenant_id=self._tenant_id,
@@ -192,6 +226,14 @@ def _client_out(row: Client) -> ClientOut:
 
 
 @dataclass(frozen=True)
+class _Founder:
+    """The caller of the very first registration: the tenant's own admin, holding everything."""
+
+    principal_id: uuid.UUID
+    scopes: frozenset[str]
+
+
+@dataclass(frozen=True)
 class BootstrapResult:
     tenant_id: uuid.UUID
     admin_principal_id: uuid.UUID
@@ -206,10 +248,12 @@ async def create_tenant(session: AsyncSession, name: str) -> BootstrapResult:
     await session.flush()
     identity = IdentityService(session, tenant.tenant_id)
     admin = await identity.create_principal(PrincipalCreate(kind="user", display_name="admin"))
+    founder = _Founder(admin.id, ALL_SCOPES)
     created = await identity.create_client(
+        founder,
         ClientCreate(
             principal_id=admin.id, name="bootstrap-admin", kind="admin", scopes=sorted(ALL_SCOPES)
-        )
+        ),
     )
     return BootstrapResult(
         tenant_id=tenant.tenant_id,

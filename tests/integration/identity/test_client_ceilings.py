@@ -1,0 +1,95 @@
+"""Red-team F4: registering a client can never hand out more than the caller holds."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from tests.fixtures.api import Agent, Api
+
+
+async def _narrow_admin(api: Api, scopes: list[str]) -> tuple[dict[str, Any], dict[str, str]]:
+    me = await api.new_principal("policy-admin")
+    created = await api.new_client(me["id"], scopes, kind="admin")
+    token = await api.access_token(created["client"]["client_id"], created["client_secret"])
+    return me, {"Authorization": f"Bearer {token}"}
+
+
+async def _register(api: Api, headers: dict[str, str], **body: Any) -> httpx.Response:
+    response: httpx.Response = await api.http.post(
+        "/v1/clients", json={"name": "ceiling"} | body, headers=headers
+    )
+    return response
+
+
+async def _client_count(api: Api) -> int:
+    listed = await api.http.get("/v1/clients", headers=api.admin.headers)
+    return len(listed.json()["items"])
+
+
+async def test_a_narrow_admin_cannot_widen_itself(api: Api) -> None:
+    me, headers = await _narrow_admin(api, ["manage:policy"])
+    before = await _client_count(api)
+    wider = await _register(
+        api,
+        headers,
+        principal_id=me["id"],
+        kind="admin",
+        scopes=["manage:policy", "manage:tenant", "read:audit"],
+    )
+    assert wider.status_code == 422, wider.text
+    problem = wider.json()
+    assert problem["type"].endswith("/scope-not-allowed")
+    assert "manage:tenant" in problem["detail"]
+    assert "read:audit" in problem["detail"]
+    assert await _client_count(api) == before
+    same = await _register(
+        api, headers, principal_id=me["id"], kind="admin", scopes=["manage:policy"]
+    )
+    assert same.status_code == 201, same.text
+
+
+async def test_agent_principals_never_get_admin_clients(api: Api) -> None:
+    bot = await api.new_principal("bot", kind="agent")
+    before = await _client_count(api)
+    for body in (
+        {"kind": "admin", "scopes": ["manage:policy"]},
+        {"kind": "admin", "scopes": ["read:memory"]},
+    ):
+        refused = await _register(api, api.admin.headers, principal_id=bot["id"], **body)
+        assert refused.status_code == 422, refused.text
+        assert refused.json()["type"].endswith("/scope-not-allowed")
+    assert await _client_count(api) == before
+    agent_client = await _register(
+        api, api.admin.headers, principal_id=bot["id"], kind="agent", scopes=["read:memory"]
+    )
+    assert agent_client.status_code == 201, agent_client.text
+
+
+async def test_acting_as_another_principal_needs_manage_tenant(api: Api) -> None:
+    alice = await api.new_agent("alice")
+    await api.remember(alice, key="diary", value="alice private diary")
+    _, headers = await _narrow_admin(api, ["manage:policy", "read:memory"])
+    before = await _client_count(api)
+    refused = await _register(
+        api, headers, principal_id=alice.principal_id, kind="agent", scopes=["read:memory"]
+    )
+    assert refused.status_code == 403, refused.text
+    assert refused.json()["required_scope"] == "manage:tenant"
+    assert "alice private diary" not in refused.text
+    assert await _client_count(api) == before
+    # The bootstrap admin holds manage:tenant and may provision alice's agents.
+    allowed = await _register(
+        api,
+        api.admin.headers,
+        principal_id=alice.principal_id,
+        kind="agent",
+        scopes=["read:memory"],
+    )
+    assert allowed.status_code == 201, allowed.text
+    created = allowed.json()
+    token = await api.access_token(created["client"]["client_id"], created["client_secret"])
+    reader = Agent(alice.principal_id, created["client"]["client_id"], "", token)
+    page = await api.http.get("/v1/memories", headers=reader.headers)
+    assert [item["value"] for item in page.json()["items"]] == ["alice private diary"]
