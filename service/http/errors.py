@@ -13,6 +13,7 @@ from litestar.exceptions import (
     ValidationException,
 )
 from litestar.status_codes import HTTP_413_REQUEST_ENTITY_TOO_LARGE
+from sqlalchemy.exc import DataError
 
 from service.problems import (
     BodyTooLarge,
@@ -61,6 +62,16 @@ def _validation_problem(exc: ValidationException) -> Problem:
 def to_problem(exc: Exception) -> Problem:
     if isinstance(exc, Problem):
         return exc
+    if isinstance(exc, DataError):
+        # The database refused a value the validators let through. Still the caller's input,
+        # and the transaction was rolled back; the driver's words (which quote SQL) stay out.
+        return InvalidRequest(
+            "A value could not be stored: look for NUL characters or out-of-range dates "
+            "and numbers.",
+            errors=[],
+        )
+    if isinstance(exc, RecursionError):
+        return MalformedRequest("The JSON body is nested too deeply.")
     if isinstance(exc, ValidationException):
         return _validation_problem(exc)
     if isinstance(exc, NotFoundException):

@@ -8,14 +8,18 @@ from typing import Annotated, Literal
 
 import msgspec
 
-Name = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
+from service.db.types import NO_NUL
+
+Name = Annotated[str, msgspec.Meta(min_length=1, max_length=200, pattern=NO_NUL)]
 
 
 class PrincipalCreate(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     kind: Literal["user", "agent", "service"] = "user"
     display_name: Name
-    external_issuer: Annotated[str, msgspec.Meta(max_length=500)] | None = None
-    external_subject: Annotated[str, msgspec.Meta(min_length=1, max_length=500)] | None = None
+    external_issuer: Annotated[str, msgspec.Meta(max_length=500, pattern=NO_NUL)] | None = None
+    external_subject: (
+        Annotated[str, msgspec.Meta(min_length=1, max_length=500, pattern=NO_NUL)] | None
+    ) = None
 
 
 class PrincipalOut(msgspec.Struct, kw_only=True):

@@ -18,6 +18,8 @@ from service.http.deps import Db, Rt
 from service.http.params import parse_id
 from service.memory.repository import MemoryFilters
 from service.memory.schemas import (
+    KEY_PATTERN,
+    SUBJECT_PATTERN,
     Kind,
     MemoryCreate,
     MemoryOut,
@@ -54,9 +56,13 @@ class MemoryController(Controller):
         request: AuthedRequest,
         db: Db,
         runtime: Rt,
-        subject: FromQuery[str | None] = None,
+        subject: Annotated[
+            str | None, QueryParameter(pattern=SUBJECT_PATTERN, min_length=1, max_length=200)
+        ] = None,
         kind: FromQuery[Kind | None] = None,
-        key: FromQuery[str | None] = None,
+        key: Annotated[
+            str | None, QueryParameter(pattern=KEY_PATTERN, min_length=1, max_length=200)
+        ] = None,
         cursor: FromQuery[str | None] = None,
         limit: Annotated[
             int | None, QueryParameter(description="Page size (1-100, default 50).")

@@ -8,6 +8,11 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+from service.db.types import NO_NUL
+
+SUBJECT_PATTERN = r"^[^\s\x00-\x1f]+$"
+KEY_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:/-]*$"
+
 Kind = Literal["fact", "preference", "decision", "episode", "summary", "document"]
 Status = Literal["live", "superseded", "expired"]
 
@@ -16,7 +21,7 @@ Subject = Annotated[
     msgspec.Meta(
         min_length=1,
         max_length=200,
-        pattern=r"^[^\s\x00-\x1f]+$",
+        pattern=SUBJECT_PATTERN,
         description='Who or what the memory is about, e.g. "service:billing" or "user:42".',
     ),
 ]
@@ -25,13 +30,13 @@ Key = Annotated[
     msgspec.Meta(
         min_length=1,
         max_length=200,
-        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:/-]*$",
+        pattern=KEY_PATTERN,
         description='Stable name of the fact, e.g. "deploy.window"; same key = new version.',
     ),
 ]
-Value = Annotated[str, msgspec.Meta(min_length=1, description="The memory text.")]
+Value = Annotated[str, msgspec.Meta(min_length=1, pattern=NO_NUL, description="The memory text.")]
 TtlSeconds = Annotated[int, msgspec.Meta(ge=1, le=315_360_000)]
-Source = Annotated[str, msgspec.Meta(max_length=200)]
+Source = Annotated[str, msgspec.Meta(max_length=200, pattern=NO_NUL)]
 
 
 class MemoryCreate(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):

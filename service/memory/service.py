@@ -41,6 +41,7 @@ from service.problems import InvalidRequest
 from service.settings import MemorySettings
 
 MAX_METADATA_BYTES = 16_384
+MAX_METADATA_DEPTH = 16
 
 
 def content_hash(value: str) -> bytes:
@@ -135,16 +136,10 @@ class MemoryService:
                 "distinct keys, or store a summary.",
                 max_value_chars=self._limits.max_value_chars,
             )
-        if data.metadata is not None and len(json.dumps(data.metadata)) > MAX_METADATA_BYTES:
-            raise InvalidRequest(
-                f"'metadata' is larger than {MAX_METADATA_BYTES} bytes of JSON.",
-                errors=[{"field": "metadata", "message": "too large"}],
-            )
-        if data.valid_from is not None and data.valid_from.tzinfo is None:
-            raise InvalidRequest(
-                "'valid_from' needs a timezone, e.g. 2026-11-30T12:00:00Z.",
-                errors=[{"field": "valid_from", "message": "timezone required"}],
-            )
+        if data.metadata is not None:
+            check_metadata(data.metadata)
+        if data.valid_from is not None:
+            check_valid_from(data.valid_from)
 
     def _target_space(
         self, writable: tuple[uuid.UUID, ...], requested: uuid.UUID | None
@@ -212,6 +207,55 @@ class MemoryService:
             version=1 + max((version for _, version in superseded), default=0),
             **values,
         )
+
+
+def _invalid(field: str, detail: str, message: str) -> InvalidRequest:
+    return InvalidRequest(detail, errors=[{"field": field, "message": message}])
+
+
+def check_metadata(metadata: dict[str, Any]) -> None:
+    """Size, depth, and no NUL characters (PostgreSQL text and jsonb cannot store them)."""
+    if len(json.dumps(metadata)) > MAX_METADATA_BYTES:
+        raise _invalid(
+            "metadata",
+            f"'metadata' is larger than {MAX_METADATA_BYTES} bytes of JSON.",
+            "too large",
+        )
+    stack: list[tuple[Any, int]] = [(metadata, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > MAX_METADATA_DEPTH:
+            raise _invalid(
+                "metadata",
+                f"'metadata' is nested deeper than {MAX_METADATA_DEPTH} levels.",
+                "too deep",
+            )
+        if isinstance(value, dict):
+            stack.extend((key, depth) for key in value)
+            stack.extend((item, depth + 1) for item in value.values())
+        elif isinstance(value, list):
+            stack.extend((item, depth + 1) for item in value)
+        elif isinstance(value, str) and "\x00" in value:
+            raise _invalid(
+                "metadata", "'metadata' contains a NUL character (\\u0000).", "NUL character"
+            )
+
+
+def check_valid_from(valid_from: datetime) -> None:
+    if valid_from.tzinfo is None:
+        raise _invalid(
+            "valid_from",
+            "'valid_from' needs a timezone, e.g. 2026-11-30T12:00:00Z.",
+            "timezone required",
+        )
+    try:
+        valid_from.astimezone(UTC)
+    except OverflowError:
+        raise _invalid(
+            "valid_from",
+            "'valid_from' falls outside years 1-9999 once converted to UTC.",
+            "out of range",
+        ) from None
 
 
 def not_found_detail(memory_id: uuid.UUID) -> str:

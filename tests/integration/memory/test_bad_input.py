@@ -244,6 +244,93 @@ CASES = (
         "body-too-large",
         content=json.dumps(VALID | {"value": "x" * MAX_BODY}).encode(),
     ),
+    Case(
+        "value-nul",
+        "POST",
+        "/v1/memories",
+        422,
+        "invalid-request",
+        json=VALID | {"value": "a\u0000b"},
+        field="value",
+    ),
+    Case(
+        "source-nul",
+        "POST",
+        "/v1/memories",
+        422,
+        "invalid-request",
+        json=VALID | {"source": "a\u0000b"},
+        field="source",
+    ),
+    Case(
+        "metadata-value-nul",
+        "POST",
+        "/v1/memories",
+        422,
+        "invalid-request",
+        json=VALID | {"metadata": {"a": "x\u0000y"}},
+        field="metadata",
+    ),
+    Case(
+        "metadata-key-nul",
+        "POST",
+        "/v1/memories",
+        422,
+        "invalid-request",
+        json=VALID | {"metadata": {"a\u0000": 1}},
+        field="metadata",
+    ),
+    Case(
+        "metadata-too-deep",
+        "POST",
+        "/v1/memories",
+        422,
+        "invalid-request",
+        json=VALID | {"metadata": {"x": [[[[[[[[[[[[[[[[[[["deep"]]]]]]]]]]]]]]]]]]]}},
+        field="metadata",
+    ),
+    Case(
+        "body-nested-1000",
+        "POST",
+        "/v1/memories",
+        400,
+        "malformed-request",
+        content=(
+            b'{"subject":"s","kind":"fact","key":"bad.input","value":"v","metadata":{"x":'
+            + b"[" * 1000
+            + b"]" * 1000
+            + b"}}"
+        ),
+    ),
+    Case(
+        "valid-from-before-year-1-in-utc",
+        "POST",
+        "/v1/memories",
+        422,
+        "invalid-request",
+        json=VALID | {"valid_from": "0001-01-01T00:00:00+01:00"},
+        field="valid_from",
+    ),
+    Case(
+        "valid-from-after-year-9999-in-utc",
+        "POST",
+        "/v1/memories",
+        422,
+        "invalid-request",
+        json=VALID | {"valid_from": "9999-12-31T23:59:59-01:00"},
+        field="valid_from",
+    ),
+    Case(
+        "list-filter-subject-nul",
+        "GET",
+        "/v1/memories?subject=%00",
+        422,
+        "invalid-request",
+        field="subject",
+    ),
+    Case(
+        "list-filter-key-nul", "GET", "/v1/memories?key=a%00b", 422, "invalid-request", field="key"
+    ),
 )
 
 
