@@ -80,12 +80,18 @@ def claims_for(
         "nbf": issued,
         "exp": issued + lifetime,
     }
+    return with_overrides(claims, overrides)
+
+
+def with_overrides(claims: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """Claims with some replaced; an override of None removes the claim."""
+    changed = dict(claims)
     for name, value in overrides.items():
         if value is None:
-            claims.pop(name, None)
+            changed.pop(name, None)
         else:
-            claims[name] = value
-    return claims
+            changed[name] = value
+    return changed
 
 
 def sign(

@@ -33,6 +33,7 @@ from tests.integration.auth.forge import (
     get_protected,
     hs256_with_secret,
     sign,
+    with_overrides,
 )
 
 IDP = "https://idp.test"
@@ -158,12 +159,7 @@ def idp_claims(tenant_id: str, **overrides: Any) -> dict[str, Any]:
         "iat": now,
         "exp": now + 300,
     }
-    for name, value in overrides.items():
-        if value is None:
-            claims.pop(name, None)
-        else:
-            claims[name] = value
-    return claims
+    return with_overrides(claims, overrides)
 
 
 async def test_idp_token_writes_and_searches_memories(ext_api: Api, idp: FakeIdp) -> None:

@@ -121,8 +121,6 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/v1/clients/{id}", "manage:policy", "admin", resource="client"),
     Route("POST", "/v1/clients/{id}/disable", "manage:policy", "admin", resource="client"),
 )
-MEMORY_ROUTES = tuple(route for route in ROUTES if route.group == "memory")
-ADMIN_ROUTES = tuple(route for route in ROUTES if route.group == "admin")
 ID_ROUTES = tuple(route for route in ROUTES if route.resource is not None)
 
 

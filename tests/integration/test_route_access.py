@@ -1,19 +1,21 @@
-"""Access matrix of the memory routes: 401 without a token, 403 without the route's scope, 404
-(indistinguishable from a random id) for another tenant's or another principal's memory."""
+"""Access matrix of every /v1 route: 401 without a token, 403 without the route's scope, and
+404 (indistinguishable from a random id) for another tenant's or another principal's resource.
+A route added to the app without a row in the table fails `test_route_table_covers_every_route`.
+"""
 
 from __future__ import annotations
+
+import re
 
 import pytest
 from litestar.testing import AsyncTestClient
 
 from tests.fixtures.api import Api
 from tests.integration.memory import matrix
-from tests.integration.memory.support import ID_ROUTES, MEMORY_ROUTES, Route
-
-MEMORY_ID_ROUTES = tuple(route for route in ID_ROUTES if route.group == "memory")
+from tests.integration.memory.support import ID_ROUTES, ROUTES, Route
 
 
-@pytest.mark.parametrize("route", MEMORY_ROUTES, ids=str)
+@pytest.mark.parametrize("route", ROUTES, ids=str)
 async def test_no_token_is_401_with_challenge(
     http: AsyncTestClient,  # type: ignore[type-arg]
     route: Route,
@@ -21,29 +23,29 @@ async def test_no_token_is_401_with_challenge(
     await matrix.check_unauthenticated(http, route)
 
 
-@pytest.mark.parametrize("route", MEMORY_ROUTES, ids=str)
+@pytest.mark.parametrize("route", ROUTES, ids=str)
 async def test_missing_scope_is_403_naming_it(api: Api, route: Route) -> None:
     await matrix.check_insufficient_scope(api, route)
 
 
-@pytest.mark.parametrize("route", MEMORY_ID_ROUTES, ids=str)
+@pytest.mark.parametrize("route", ID_ROUTES, ids=str)
 async def test_foreign_id_is_404_like_a_random_id(api: Api, route: Route) -> None:
     await matrix.check_cross_tenant_not_found(api, route)
 
 
-@pytest.mark.parametrize("route", MEMORY_ROUTES, ids=str)
+@pytest.mark.parametrize("route", ROUTES, ids=str)
 async def test_the_route_scope_alone_is_enough(api: Api, route: Route) -> None:
     await matrix.check_minimal_scope(api, route)
 
 
-def test_route_table_covers_every_memory_route() -> None:
+def test_route_table_covers_every_route() -> None:
     from service.app import create_app
 
     declared = {
-        (method, route.path.replace("{memory_id:str}", "{id}").rstrip("/") or "/")
+        (method, re.sub(r"\{\w+:str\}", "{id}", route.path).rstrip("/"))
         for route in create_app().routes
-        if route.path.startswith("/v1/memories")
+        if route.path.startswith("/v1/")
         for method in getattr(route, "methods", ())
         if method not in {"HEAD", "OPTIONS"}
     }
-    assert declared == {(route.method, route.template) for route in MEMORY_ROUTES}
+    assert declared == {(route.method, route.template) for route in ROUTES}
