@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
 import uuid
 
@@ -22,14 +23,37 @@ class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
 
 
+class _Uuid7Clock:
+    """RFC 9562 §6.2 method 1: within one millisecond a 12-bit counter (randomly seeded) makes ids
+    strictly increasing, so "newest first" is exact even for writes in the same millisecond."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._last_ms = -1
+        self._counter = 0
+
+    def next(self) -> uuid.UUID:
+        with self._lock:
+            unix_ms = time.time_ns() // 1_000_000
+            if unix_ms > self._last_ms:
+                self._last_ms, self._counter = unix_ms, int.from_bytes(os.urandom(2)) & 0x7FF
+            else:  # same millisecond (or the clock stepped back): count on
+                self._counter += 1
+                if self._counter > 0xFFF:  # counter exhausted: borrow the next millisecond
+                    self._last_ms, self._counter = self._last_ms + 1, 0
+            unix_ms, counter = self._last_ms, self._counter
+        value = (unix_ms & ((1 << 48) - 1)) << 80
+        value |= 0x7 << 76  # version
+        value |= counter << 64  # rand_a: the monotonic counter
+        value |= 0b10 << 62  # variant
+        value |= int.from_bytes(os.urandom(8)) & ((1 << 62) - 1)  # rand_b
+        return uuid.UUID(int=value)
+
+
+_clock = _Uuid7Clock()
+
+
 def uuid7() -> uuid.UUID:
     """A time-ordered UUID (RFC 9562 v7): ids sort by creation, which keeps btrees append-mostly
     and gives list pagination a stable order without a second column."""
-    unix_ms = time.time_ns() // 1_000_000
-    rand = int.from_bytes(os.urandom(10), "big")
-    value = (unix_ms & ((1 << 48) - 1)) << 80
-    value |= 0x7 << 76  # version
-    value |= ((rand >> 62) & 0xFFF) << 64  # rand_a (12 bits)
-    value |= 0b10 << 62  # variant
-    value |= rand & ((1 << 62) - 1)  # rand_b
-    return uuid.UUID(int=value)
+    return _clock.next()
