@@ -113,7 +113,7 @@ async def run(url: str, rows: int, queries: int, k: int) -> None:
 
     for fraction in FRACTIONS:
         allowed = tuple(spaces[: max(1, int(len(spaces) * fraction))])
-        scope = Visible(tenant_id=tenant, action=Action.READ, space_ids=allowed)
+        scope = Visible.of_spaces(tenant, Action.READ, allowed)
         exact = Result(f"memgate exact, {fraction:.1%} visible", [], 0, 1.0)
         naive = Result(f"global HNSW + filter, {fraction:.1%} visible", [], 0, 0.0)
         hits = 0

@@ -36,7 +36,7 @@ from service.memory.schemas import (
     SearchRequest,
     SearchResult,
 )
-from service.policy.visible import Action, visible
+from service.policy.visible import Action, granted_space_ids, visible
 from service.problems import InvalidRequest
 from service.settings import MemorySettings
 
@@ -59,8 +59,9 @@ class MemoryService:
 
     async def write(self, principal: Principal, data: MemoryCreate) -> MemoryWritten:
         self._check_value(data)
-        scope = await visible(self._session, principal, Action.WRITE)
-        space_id = self._target_space(scope.space_ids, data.space_id)
+        writable = await granted_space_ids(self._session, principal, Action.WRITE)
+        space_id = self._target_space(writable, data.space_id)
+        scope = visible(principal, Action.WRITE)
         [vector] = await self._embedder.embed([data.value])
         await repository.lock_key(
             self._session, principal.tenant_id, space_id, data.subject, data.kind, data.key
@@ -81,7 +82,7 @@ class MemoryService:
         return MemoryWritten(memory=to_out(row), superseded=[old_id for old_id, _ in superseded])
 
     async def get(self, principal: Principal, memory_id: uuid.UUID) -> MemoryOut:
-        scope = await visible(self._session, principal, Action.READ)
+        scope = visible(principal, Action.READ)
         row = await repository.get(self._session, scope, memory_id)
         if row is None:
             raise MemoryNotFound(not_found_detail(memory_id))
@@ -92,7 +93,7 @@ class MemoryService:
     ) -> MemoryPage:
         page_size = self._page_size(limit)
         after = decode_cursor(cursor) if cursor else None
-        scope = await visible(self._session, principal, Action.READ)
+        scope = visible(principal, Action.READ)
         rows = await repository.list_page(
             self._session, scope, filters, after=after, limit=page_size + 1
         )
@@ -103,7 +104,7 @@ class MemoryService:
     async def search(self, principal: Principal, request: SearchRequest) -> SearchResult:
         k = self._k(request.k)
         filters = request.filters
-        scope = await visible(self._session, principal, Action.READ)
+        scope = visible(principal, Action.READ)
         [vector] = await self._embedder.embed([request.query])
         hits = await repository.search(
             self._session,
@@ -124,7 +125,7 @@ class MemoryService:
         )
 
     async def delete(self, principal: Principal, memory_id: uuid.UUID) -> None:
-        scope = await visible(self._session, principal, Action.DELETE)
+        scope = visible(principal, Action.DELETE)
         if not await repository.delete(self._session, scope, memory_id):
             raise MemoryNotFound(not_found_detail(memory_id))
 
@@ -141,9 +142,7 @@ class MemoryService:
         if data.valid_from is not None:
             check_valid_from(data.valid_from)
 
-    def _target_space(
-        self, writable: tuple[uuid.UUID, ...], requested: uuid.UUID | None
-    ) -> uuid.UUID:
+    def _target_space(self, writable: list[uuid.UUID], requested: uuid.UUID | None) -> uuid.UUID:
         if requested is not None:
             if requested not in writable:
                 raise SpaceNotFound(f"Space {requested} does not exist or is not writable by you.")

@@ -2,9 +2,10 @@
 
 `Visible(principal, action)` = tenant from the token AND the row's space among the spaces the
 principal holds `action` on AND every space in `read_requires` among them too, plus liveness.
-It is SQL, applied before any ranking; nothing is filtered in Python afterwards. No grants means
-`FALSE`, never "no filter". A structural test fails if any other module selects, updates or
-deletes memory rows.
+It is SQL, applied before any ranking; nothing is filtered in Python afterwards. The allowed
+spaces are a subquery *inside* the statement, so grants and data are read in one snapshot and
+a search is one round trip. No grants means an empty array, which matches nothing: never "no
+filter". A structural test fails if any other module selects, updates or deletes memory rows.
 
 Today's grants: each principal reads, writes and deletes in its own personal space. The policy
 issue replaces `_granted_spaces` with the compiled `space_grants` table; callers do not change.
@@ -13,18 +14,33 @@ issue replaces `_granted_spaces` with the compiled `space_grants` table; callers
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import ColumnElement, Delete, Select, Update, and_, any_, delete, false, func, or_
+from sqlalchemy import (
+    ColumnElement,
+    Delete,
+    Select,
+    Update,
+    and_,
+    any_,
+    cast,
+    delete,
+    func,
+    literal,
+    or_,
+)
 from sqlalchemy import select as sa_select
 from sqlalchemy import update as sa_update
-from sqlalchemy.dialects.postgresql import ARRAY, UUID, array
+from sqlalchemy.dialects.postgresql import ARRAY, UUID
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.auth.principal import Principal
 from service.db.models import Memory, Space
+
+_UUID_ARRAY = ARRAY(UUID)
 
 
 class Action(StrEnum):
@@ -37,21 +53,23 @@ class Action(StrEnum):
 class Visible:
     tenant_id: uuid.UUID
     action: Action
-    space_ids: tuple[uuid.UUID, ...]
+    allowed: ColumnElement[Any]
+    """A `uuid[]` SQL expression: the spaces the caller holds `action` on."""
 
-    def allows_space(self, space_id: uuid.UUID) -> bool:
-        return space_id in self.space_ids
+    @classmethod
+    def of_spaces(
+        cls, tenant_id: uuid.UUID, action: Action, space_ids: Sequence[uuid.UUID]
+    ) -> Visible:
+        """A fixed set of spaces (benchmarks, and jobs that snapshot their grants)."""
+        return cls(tenant_id, action, cast(literal(list(space_ids), _UUID_ARRAY), _UUID_ARRAY))
 
     def clause(
         self, *, include_superseded: bool = False, include_expired: bool = False
     ) -> ColumnElement[bool]:
-        if not self.space_ids:
-            return false()
-        allowed = array(self.space_ids, type_=UUID)
         conditions: list[ColumnElement[bool]] = [
             Memory.tenant_id == self.tenant_id,
-            Memory.space_id == any_(allowed),
-            Memory.read_requires.contained_by(allowed.cast(ARRAY(UUID))),
+            Memory.space_id == any_(self.allowed),
+            Memory.read_requires.contained_by(self.allowed),
             Memory.revoked_at.is_(None),
         ]
         if not include_superseded:
@@ -70,22 +88,27 @@ class Visible:
         return delete(Memory).where(self.clause(include_superseded=True))
 
 
-async def visible(session: AsyncSession, principal: Principal, action: Action) -> Visible:
-    return Visible(
-        tenant_id=principal.tenant_id,
-        action=action,
-        space_ids=await _granted_spaces(session, principal, action),
+def visible(principal: Principal, action: Action) -> Visible:
+    granted = _granted_spaces(principal, action).subquery()
+    allowed = (
+        sa_select(func.coalesce(func.array_agg(granted.c.id), literal([], _UUID_ARRAY)))
+        .select_from(granted)
+        .scalar_subquery()
     )
+    # The cast makes `= ANY(...)` take the array value, not the subquery's rows.
+    return Visible(principal.tenant_id, action, cast(allowed, _UUID_ARRAY))
 
 
-async def _granted_spaces(
+async def granted_space_ids(
     session: AsyncSession, principal: Principal, action: Action
-) -> tuple[uuid.UUID, ...]:
-    rows = await session.scalars(
-        sa_select(Space.id).where(
-            Space.tenant_id == principal.tenant_id,
-            Space.owner_id == principal.principal_id,
-            Space.kind == "personal",
-        )
+) -> list[uuid.UUID]:
+    """The same grants as a list, for choosing where a write goes (not for reading rows)."""
+    return list((await session.scalars(_granted_spaces(principal, action))).all())
+
+
+def _granted_spaces(principal: Principal, action: Action) -> Select[uuid.UUID]:
+    return sa_select(Space.id).where(
+        Space.tenant_id == principal.tenant_id,
+        Space.owner_id == principal.principal_id,
+        Space.kind == "personal",
     )
-    return tuple(rows.all())
