@@ -26,10 +26,18 @@ class OAuthController(Controller):
         """OAuth 2 token endpoint (client credentials, `client_secret_basic` or
         `client_secret_post`). Answers a short-lived `at+jwt` access token; scopes outside the
         client's registration are dropped and `scope` says what was granted."""
-        form = {k: v for k, v in (await request.form()).items() if isinstance(v, str)}
-        # authlib looks up 'Authorization' case-sensitively; pass only what the grant reads.
-        headers = {"Authorization": request.headers.get("authorization", "")}
-        status, body, extra = await token_response(db, runtime.issuer, runtime.kek, form, headers)
+        content_type = request.headers.get("content-type", "")
+        items: list[tuple[str, str]] = []
+        if content_type.lower().startswith("application/x-www-form-urlencoded"):
+            items = [(k, v) for k, v in (await request.form()).multi_items() if isinstance(v, str)]
+        status, body, extra = await token_response(
+            db,
+            runtime.issuer,
+            runtime.kek,
+            content_type=content_type,
+            items=items,
+            authorization=request.headers.get("authorization", ""),
+        )
         response_headers = dict(_NO_STORE)
         response_headers.update({k: v for k, v in extra if k.lower() == "www-authenticate"})
         if status >= 400:

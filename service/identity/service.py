@@ -16,7 +16,7 @@ from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from service.auth.issuer import hash_secret
+from service.auth.issuer import hash_secret_off_loop
 from service.auth.scopes import ADMIN_SCOPES, ALL_SCOPES, Scope
 from service.db.base import uuid7
 from service.db.models import Client, Principal, Space, Tenant
@@ -140,7 +140,7 @@ class IdentityService:
             principal_id=data.principal_id,
             kind=data.kind,
             name=data.name,
-            secret_hash=hash_secret(secret),
+            secret_hash=await hash_secret_off_loop(secret),
             allowed_scopes=sorted(scopes),
         )
         self._session.add(client)

@@ -1,0 +1,81 @@
+"""RFC 6749 request rules at the token endpoint (red-team round 2): a form body, each parameter
+once, one client authentication method, and a malformed Basic header is a 401, never a 500."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from tests.fixtures.api import Api
+
+FORM = "application/x-www-form-urlencoded"
+
+
+def _assert_oauth_error(response: httpx.Response, status: int, error: str) -> None:
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith("application/problem+json")
+    assert response.headers["cache-control"] == "no-store"
+    body = response.json()
+    assert body["error"] == error
+    assert body["status"] == status
+    assert body["error_description"]
+
+
+@pytest.mark.parametrize("header", [b"Basic /w==", b"Basic \xe9\xe9\xe9\xe9", b"Basic Zm9v"])
+async def test_malformed_basic_header_is_invalid_client(api: Api, header: bytes) -> None:
+    response = await api.http.post(
+        "/oauth/token",
+        content=b"grant_type=client_credentials",
+        headers={b"Authorization": header, b"Content-Type": FORM.encode()},
+    )
+    _assert_oauth_error(response, 401, "invalid_client")
+
+
+async def test_repeated_parameters_are_refused(api: Api) -> None:
+    alice = await api.new_agent("alice")
+    response = await api.http.post(
+        "/oauth/token",
+        content=b"grant_type=client_credentials&scope=read:memory&scope=write:memory",
+        headers={"Content-Type": FORM},
+        auth=(alice.client_id, alice.secret),
+    )
+    _assert_oauth_error(response, 400, "invalid_request")
+    assert "scope" in response.json()["error_description"]
+
+
+async def test_two_authentication_methods_are_refused(api: Api) -> None:
+    alice = await api.new_agent("alice")
+    response = await api.http.post(
+        "/oauth/token",
+        data={
+            "grant_type": "client_credentials",
+            "client_id": alice.client_id,
+            "client_secret": alice.secret,
+        },
+        auth=(alice.client_id, "mgs_wrong"),
+    )
+    _assert_oauth_error(response, 400, "invalid_request")
+
+
+@pytest.mark.parametrize(
+    ("content", "content_type"),
+    [
+        (b'{"grant_type": "client_credentials"}', "application/json"),
+        (
+            b'--x\r\nContent-Disposition: form-data; name="grant_type"\r\n\r\n'
+            b"client_credentials\r\n--x--\r\n",
+            "multipart/form-data; boundary=x",
+        ),
+        (b"--x--", "multipart/form-data"),
+    ],
+    ids=["json", "multipart", "multipart-no-boundary"],
+)
+async def test_only_form_bodies_are_accepted(api: Api, content: bytes, content_type: str) -> None:
+    alice = await api.new_agent("alice")
+    response = await api.http.post(
+        "/oauth/token",
+        content=content,
+        headers={"Content-Type": content_type},
+        auth=(alice.client_id, alice.secret),
+    )
+    _assert_oauth_error(response, 400, "invalid_request")
