@@ -10,8 +10,11 @@ import msgspec
 
 from service.db.types import NO_NUL
 
-SUBJECT_PATTERN = r"^[^\s\x00-\x1f]+$"
-KEY_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:/-]*$"
+# `$(?!\n)`: Python's $ also matches before a final newline, which would let "deploy.window\n"
+# live beside "deploy.window" and never supersede it. (\Z would do in Python, but these patterns
+# are published in openapi.yaml, and ECMA regex engines read \Z as a literal Z.)
+SUBJECT_PATTERN = r"^[^\s\x00-\x1f]+$(?!\n)"
+KEY_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:/-]*$(?!\n)"
 
 Kind = Literal["fact", "preference", "decision", "episode", "summary", "document"]
 Status = Literal["live", "superseded", "expired"]

@@ -329,6 +329,32 @@ CASES = (
         field="subject",
     ),
     Case(
+        "key-trailing-newline",
+        "POST",
+        "/v1/memories",
+        422,
+        "invalid-request",
+        json=VALID | {"key": "bad.input\n"},
+        field="key",
+    ),
+    Case(
+        "subject-trailing-newline",
+        "POST",
+        "/v1/memories",
+        422,
+        "invalid-request",
+        json=VALID | {"subject": "service:billing\n"},
+        field="subject",
+    ),
+    Case(
+        "list-filter-key-trailing-newline",
+        "GET",
+        "/v1/memories?key=bad.input%0A",
+        422,
+        "invalid-request",
+        field="key",
+    ),
+    Case(
         "list-filter-key-nul", "GET", "/v1/memories?key=a%00b", 422, "invalid-request", field="key"
     ),
 )
