@@ -5,9 +5,10 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import ColumnElement, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.db.models import Memory
@@ -25,49 +26,92 @@ class MemoryFilters:
         return [column == value for column, value in pairs if value is not None]
 
 
-async def lock_key(
-    session: AsyncSession,
-    tenant_id: uuid.UUID,
-    space_id: uuid.UUID,
-    subject: str,
-    kind: str,
-    key: str,
-) -> None:
-    """Serialize writers of one (space, subject, kind, key) until commit, so concurrent writes
-    supersede each other in order instead of colliding on the live-key unique index."""
-    lock_name = f"{tenant_id}|{space_id}|{subject}|{kind}|{key}"
+@dataclass(frozen=True)
+class KeyRef:
+    """One memory key: at most one live version per (space, subject, kind, key)."""
+
+    tenant_id: uuid.UUID
+    space_id: uuid.UUID
+    subject: str
+    kind: str
+    key: str
+
+    def conditions(self) -> list[ColumnElement[bool]]:
+        return [
+            Memory.space_id == self.space_id,
+            Memory.subject == self.subject,
+            Memory.kind == self.kind,
+            Memory.key == self.key,
+        ]
+
+
+@dataclass(frozen=True)
+class Version:
+    id: uuid.UUID
+    version: int
+
+
+async def lock_key(session: AsyncSession, ref: KeyRef) -> datetime:
+    """Serialize writers and deleters of one key until commit, so versions form one linear chain
+    instead of colliding on the live-key unique index; then return the wall clock *after* the
+    lock. Stamping with that (not the transaction start) keeps a later version's times after
+    its predecessor's even when the two transactions began in the other order."""
+    lock_name = f"{ref.tenant_id}|{ref.space_id}|{ref.subject}|{ref.kind}|{ref.key}"
     await session.execute(select(func.pg_advisory_xact_lock(func.hashtextextended(lock_name, 0))))
+    now = await session.scalar(select(func.clock_timestamp()))
+    assert isinstance(now, datetime)
+    return now
+
+
+async def newest_version(session: AsyncSession, scope: Visible, ref: KeyRef) -> Version | None:
+    """The newest version of the key, closed or expired included: the next one continues it."""
+    row = (
+        await session.execute(
+            scope.select(Memory.id, Memory.version, include_superseded=True, include_expired=True)
+            .where(*ref.conditions())
+            .order_by(Memory.version.desc())
+            .limit(1)
+        )
+    ).one_or_none()
+    return Version(row.id, row.version) if row else None
 
 
 async def supersede_live(
     session: AsyncSession,
     scope: Visible,
+    ref: KeyRef,
     *,
-    space_id: uuid.UUID,
-    subject: str,
-    kind: str,
-    key: str,
     new_id: uuid.UUID,
-) -> list[tuple[uuid.UUID, int]]:
+    at: datetime,
+    valid_from: datetime,
+) -> list[uuid.UUID]:
     """Close the live version(s) of this key in this space only: supersession is by key and
     scope, never by similarity, and never reaches into another space. Expired versions are
-    closed too, so the key has exactly one unclosed row."""
-    closed = await session.execute(
+    closed too, so the key has exactly one unclosed row. Valid time ends where the new version's
+    begins (never before the old one's own start)."""
+    closed = await session.scalars(
         scope.update(include_expired=True)
-        .where(
-            Memory.space_id == space_id,
-            Memory.subject == subject,
-            Memory.kind == kind,
-            Memory.key == key,
-        )
+        .where(*ref.conditions())
         .values(
-            superseded_at=func.now(),
-            valid_until=func.now(),
+            superseded_at=at,
+            valid_until=func.greatest(Memory.valid_from, valid_from),
             superseded_by=new_id,
         )
-        .returning(Memory.id, Memory.version)
+        .returning(Memory.id)
     )
-    return [(row.id, row.version) for row in closed.all()]
+    return list(closed.all())
+
+
+async def relink_closed_head(
+    session: AsyncSession, scope: Visible, closed_id: uuid.UUID, new_id: uuid.UUID
+) -> None:
+    """After the head of a key was deleted, its already-closed predecessor is the newest
+    version; point it at the new one so the chain stays walkable (its times stay as they were)."""
+    await session.execute(
+        scope.update(include_superseded=True, include_expired=True)
+        .where(Memory.id == closed_id, Memory.superseded_by.is_(None))
+        .values(superseded_by=new_id)
+    )
 
 
 async def insert(session: AsyncSession, row: Memory) -> Memory:
@@ -139,20 +183,63 @@ async def search(
     return [(row[0], float(row[1])) for row in rows.all()]
 
 
+async def key_of(session: AsyncSession, scope: Visible, memory_id: uuid.UUID) -> KeyRef | None:
+    row = (
+        await session.execute(
+            scope.select(
+                Memory.tenant_id,
+                Memory.space_id,
+                Memory.subject,
+                Memory.kind,
+                Memory.key,
+                include_superseded=True,
+            ).where(Memory.id == memory_id)
+        )
+    ).one_or_none()
+    return KeyRef(*row) if row else None
+
+
 async def delete(session: AsyncSession, scope: Visible, memory_id: uuid.UUID) -> bool:
-    deleted = await session.scalar(
-        scope.delete().where(Memory.id == memory_id).returning(Memory.id)
-    )
-    return deleted is not None
+    """Delete one version and splice the chain around it: its predecessor now points at its
+    successor (or at nothing, when the head is deleted: the key then has no live value, and the
+    old value does not come back)."""
+    deleted = (
+        await session.execute(
+            scope.delete()
+            .where(Memory.id == memory_id)
+            .returning(Memory.supersedes, Memory.superseded_by)
+        )
+    ).one_or_none()
+    if deleted is None:
+        return False
+    neighbours = scope.update(include_superseded=True, include_expired=True)
+    if deleted.supersedes is not None:
+        await session.execute(
+            neighbours.where(Memory.id == deleted.supersedes).values(
+                superseded_by=deleted.superseded_by
+            )
+        )
+    if deleted.superseded_by is not None:
+        await session.execute(
+            neighbours.where(Memory.id == deleted.superseded_by).values(
+                supersedes=deleted.supersedes
+            )
+        )
+    return True
 
 
 __all__ = [
+    "KeyRef",
     "MemoryFilters",
+    "Version",
     "delete",
     "get",
     "insert",
+    "key_of",
     "list_page",
     "lock_key",
+    "newest_version",
+    "relink_closed_head",
     "search",
     "supersede_live",
 ]

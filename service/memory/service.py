@@ -25,7 +25,7 @@ from service.memory.problems import (
     SpaceNotFound,
     ValueTooLong,
 )
-from service.memory.repository import MemoryFilters
+from service.memory.repository import KeyRef, MemoryFilters, Version
 from service.memory.schemas import (
     MemoryCreate,
     MemoryOut,
@@ -60,26 +60,25 @@ class MemoryService:
     async def write(self, principal: Principal, data: MemoryCreate) -> MemoryWritten:
         self._check_value(data)
         writable = await granted_space_ids(self._session, principal, Action.WRITE)
-        space_id = self._target_space(writable, data.space_id)
+        ref = KeyRef(
+            principal.tenant_id,
+            self._target_space(writable, data.space_id),
+            data.subject,
+            data.kind,
+            data.key,
+        )
         scope = visible(principal, Action.WRITE)
         [vector] = await self._embedder.embed([data.value])
-        await repository.lock_key(
-            self._session, principal.tenant_id, space_id, data.subject, data.kind, data.key
-        )
-        new_id = uuid7()
+        now = await repository.lock_key(self._session, ref)
+        previous = await repository.newest_version(self._session, scope, ref)
+        row = self._new_row(principal, data, ref, vector, now, previous)
         superseded = await repository.supersede_live(
-            self._session,
-            scope,
-            space_id=space_id,
-            subject=data.subject,
-            kind=data.kind,
-            key=data.key,
-            new_id=new_id,
+            self._session, scope, ref, new_id=row.id, at=now, valid_from=row.valid_from
         )
-        row = await repository.insert(
-            self._session, self._new_row(principal, data, new_id, space_id, vector, superseded)
-        )
-        return MemoryWritten(memory=to_out(row), superseded=[old_id for old_id, _ in superseded])
+        if previous is not None and previous.id not in superseded:
+            await repository.relink_closed_head(self._session, scope, previous.id, row.id)
+        row = await repository.insert(self._session, row)
+        return MemoryWritten(memory=to_out(row), superseded=superseded)
 
     async def get(self, principal: Principal, memory_id: uuid.UUID) -> MemoryOut:
         scope = visible(principal, Action.READ)
@@ -126,7 +125,11 @@ class MemoryService:
 
     async def delete(self, principal: Principal, memory_id: uuid.UUID) -> None:
         scope = visible(principal, Action.DELETE)
-        if not await repository.delete(self._session, scope, memory_id):
+        ref = await repository.key_of(self._session, scope, memory_id)
+        if ref is not None:
+            # The same lock as writers: a delete never interleaves with a supersession.
+            await repository.lock_key(self._session, ref)
+        if ref is None or not await repository.delete(self._session, scope, memory_id):
             raise MemoryNotFound(not_found_detail(memory_id))
 
     def _check_value(self, data: MemoryCreate) -> None:
@@ -173,19 +176,15 @@ class MemoryService:
         self,
         principal: Principal,
         data: MemoryCreate,
-        new_id: uuid.UUID,
-        space_id: uuid.UUID,
+        ref: KeyRef,
         vector: list[float],
-        superseded: list[tuple[uuid.UUID, int]],
+        now: datetime,
+        previous: Version | None,
     ) -> Memory:
-        now = datetime.now(UTC)
-        values: dict[str, Any] = {}
-        if data.valid_from is not None:
-            values["valid_from"] = data.valid_from
         return Memory(
             tenant_id=principal.tenant_id,
-            id=new_id,
-            space_id=space_id,
+            id=uuid7(),
+            space_id=ref.space_id,
             owner_id=principal.principal_id,
             writer_id=principal.principal_id,
             client_id=principal.client_id,
@@ -197,14 +196,15 @@ class MemoryService:
             content_hash=content_hash(data.value),
             embedding=vector,
             embedding_model=self._embedder.model_id,
+            valid_from=data.valid_from or now,
+            recorded_at=now,
             expires_at=now + timedelta(seconds=data.ttl_seconds) if data.ttl_seconds else None,
-            supersedes=superseded[-1][0] if superseded else None,
+            supersedes=previous.id if previous else None,
             derived_from=[],
             read_requires=[],
             source=data.source,
             metadata_=data.metadata or {},
-            version=1 + max((version for _, version in superseded), default=0),
-            **values,
+            version=previous.version + 1 if previous else 1,
         )
 
 

@@ -78,11 +78,17 @@ class Visible:
             conditions.append(or_(Memory.expires_at.is_(None), Memory.expires_at > func.now()))
         return and_(*conditions)
 
-    def select(self, *columns: Any, include_superseded: bool = False) -> Select[Any]:
-        return sa_select(*columns).where(self.clause(include_superseded=include_superseded))
+    def select(
+        self, *columns: Any, include_superseded: bool = False, include_expired: bool = False
+    ) -> Select[Any]:
+        return sa_select(*columns).where(
+            self.clause(include_superseded=include_superseded, include_expired=include_expired)
+        )
 
-    def update(self, *, include_expired: bool = False) -> Update:
-        return sa_update(Memory).where(self.clause(include_expired=include_expired))
+    def update(self, *, include_superseded: bool = False, include_expired: bool = False) -> Update:
+        return sa_update(Memory).where(
+            self.clause(include_superseded=include_superseded, include_expired=include_expired)
+        )
 
     def delete(self) -> Delete:
         return delete(Memory).where(self.clause(include_superseded=True))

@@ -50,7 +50,8 @@ async def memory_rows(runtime: Runtime, where: str = "TRUE", **params: Any) -> l
         result = await conn.execute(
             text(
                 "SELECT id, tenant_id, space_id, owner_id, subject, kind, key, value, version, "
-                "supersedes, superseded_by, superseded_at, valid_until, expires_at "
+                "supersedes, superseded_by, superseded_at, valid_from, valid_until, recorded_at, "
+                "expires_at "
                 f"FROM memories WHERE {where} ORDER BY version, recorded_at, id"
             ),
             params,
