@@ -84,4 +84,4 @@ class ClientController(Controller):
         self, request: AuthedRequest, client_id: FromPath[str], db: Db
     ) -> ClientOut:
         """Disable a client: new tokens are refused and its live tokens stop working at once."""
-        return await _service(request, db).disable_client(parse_id(client_id))
+        return await _service(request, db).disable_client(request.user, parse_id(client_id))

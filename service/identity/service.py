@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Protocol
 
-from sqlalchemy import select, update
+from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -163,15 +163,24 @@ class IdentityService:
         )
         return [_client_out(row) for row in rows.all()]
 
-    async def disable_client(self, client_id: uuid.UUID) -> ClientOut:
-        row = await self._session.scalar(
-            update(Client)
-            .where(Client.tenant_id == self._tenant_id, Client.client_id == client_id)
-            .values(disabled_at=datetime.now(UTC))
-            .returning(Client)
-        )
+    async def disable_client(self, caller: CallerScopes, client_id: uuid.UUID) -> ClientOut:
+        """Disable a client, unless it holds an admin scope the caller lacks: a lower admin
+        cannot lock out a higher one (there is no way back from a disabled client yet), while
+        any policy admin can stop an agent's client."""
+        row = await self._session.get(Client, (self._tenant_id, client_id), with_for_update=True)
         if row is None:
             raise ClientNotFound(f"No client {client_id} in your tenant.")
+        outranking = (set(row.allowed_scopes) & ADMIN_SCOPES) - caller.scopes
+        if outranking:
+            raise InsufficientScope(
+                "This client holds admin scopes your token lacks "
+                f"({', '.join(sorted(outranking))}); only a caller holding all of them may "
+                "disable it.",
+                required_scope=sorted(outranking)[0],
+            )
+        if row.disabled_at is None:
+            row.disabled_at = datetime.now(UTC)
+            await self._session.flush()
         return _client_out(row)
 
     async def _personal_space(self, principal_id: uuid.UUID) -> uuid.UUID | None:

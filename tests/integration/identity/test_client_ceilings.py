@@ -93,3 +93,21 @@ async def test_acting_as_another_principal_needs_manage_tenant(api: Api) -> None
     reader = Agent(alice.principal_id, created["client"]["client_id"], "", token)
     page = await api.http.get("/v1/memories", headers=reader.headers)
     assert [item["value"] for item in page.json()["items"]] == ["alice private diary"]
+
+
+async def test_a_narrow_admin_cannot_disable_a_wider_client(api: Api) -> None:
+    """Red-team round 2, F5: disabling is capped by the caller's scopes too."""
+    me, headers = await _narrow_admin(api, ["manage:policy"])
+    refused = await api.http.post(f"/v1/clients/{api.admin.client_id}/disable", headers=headers)
+    assert refused.status_code == 403, refused.text
+    assert "manage:tenant" in refused.json()["detail"]
+    still = await api.http.get("/v1/clients", headers=api.admin.headers)
+    assert still.status_code == 200
+    assert all(c["disabled_at"] is None for c in still.json()["items"])
+    # A client within the caller's scopes can be disabled, and disabling twice keeps the time.
+    peer = await api.new_client(me["id"], ["manage:policy"], kind="admin")
+    peer_id = peer["client"]["client_id"]
+    first = await api.http.post(f"/v1/clients/{peer_id}/disable", headers=headers)
+    again = await api.http.post(f"/v1/clients/{peer_id}/disable", headers=headers)
+    assert first.status_code == again.status_code == 200
+    assert first.json()["disabled_at"] == again.json()["disabled_at"] is not None
