@@ -50,7 +50,7 @@ def create_app(runtime: Runtime | None = None) -> Litestar:
         exclude_from_auth_key="exclude_from_auth",
         exclude=["^/schema"],
     )
-    return Litestar(
+    app = Litestar(
         route_handlers=[
             HealthController,
             OAuthController,
@@ -62,7 +62,7 @@ def create_app(runtime: Runtime | None = None) -> Litestar:
             "db": Provide(provide_db),
             "runtime": Provide(provide_runtime, sync_to_thread=False),
         },
-        middleware=[request_context_middleware, auth],
+        middleware=[auth],
         before_request=strict_json_body,
         exception_handlers={Exception: handle_exception},
         openapi_config=openapi_config(),
@@ -72,3 +72,7 @@ def create_app(runtime: Runtime | None = None) -> Litestar:
         state=State({"runtime": runtime}),
         debug=False,
     )
+    # Outside Litestar's own exception handling, so the access line and X-Request-Id cover every
+    # answer: 401s from authentication and 404/405s for unknown routes included.
+    app.asgi_handler = request_context_middleware(app.asgi_handler)
+    return app

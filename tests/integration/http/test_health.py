@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import pytest
+import structlog
 from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
@@ -29,3 +31,23 @@ async def test_every_response_carries_a_request_id(http: AsyncTestClient) -> Non
     assert response.headers["x-request-id"] == "abc-123"
     generated = (await http.get("/healthz")).headers["x-request-id"]
     assert len(generated) == 32
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "status"),
+    [("GET", "/v1/memories", 401), ("GET", "/v1/nothing", 404), ("GET", "/oauth/token", 405)],
+)
+async def test_refusals_are_logged_with_their_status_and_carry_the_request_id(
+    http: AsyncTestClient,  # type: ignore[type-arg]
+    method: str,
+    path: str,
+    status: int,
+) -> None:
+    """Red-team round 2, F6: before, a 401 was logged as 500 and 404/405 not at all."""
+    merge = [structlog.contextvars.merge_contextvars]
+    with structlog.testing.capture_logs(processors=merge) as events:
+        response = await http.request(method, path, headers={"X-Request-Id": "trace-123"})
+    assert response.status_code == status
+    assert response.headers["x-request-id"] == "trace-123"
+    logged = [event for event in events if event.get("event") == "request"]
+    assert [(event["status"], event["request_id"]) for event in logged] == [(status, "trace-123")]
