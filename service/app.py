@@ -7,6 +7,7 @@ from litestar.datastructures import State
 from litestar.di import Provide
 from litestar.middleware import DefineMiddleware
 from litestar.openapi import OpenAPIConfig
+from litestar.openapi.plugins import JsonRenderPlugin, YamlRenderPlugin
 from litestar.openapi.spec import Components, SecurityScheme
 
 from service.auth.controller import OAuthController
@@ -39,7 +40,8 @@ def openapi_config() -> OpenAPIConfig:
         ),
         security=[{"bearer": []}],
         use_handler_docstrings=True,
-        render_plugins=[],
+        # The machine-readable spec only: no HTML doc UIs that pull scripts from a CDN.
+        render_plugins=[JsonRenderPlugin(), YamlRenderPlugin()],
     )
 
 
