@@ -7,7 +7,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import anyio
+
 from service.embeddings.base import check_vectors
+
+INLINE_CHARS = 2048
+_LONG_TEXTS = anyio.CapacityLimiter(2)
 
 
 class WordLlamaEmbedder:
@@ -30,6 +35,16 @@ class WordLlamaEmbedder:
         return self._dimensions
 
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:
-        # Tens of microseconds per text: cheaper inline than a thread hop.
-        vectors = self._model.embed(list(texts), norm=True, return_np=True)
-        return check_vectors(vectors.tolist(), len(texts), self._dimensions)
+        # Tens of microseconds for a query or a typical memory: cheaper inline than a thread hop.
+        # A long text (16k characters of emoji tokenize slowly) would stall every other request
+        # on the event loop for ~0.1 s, so long batches go to a worker thread.
+        batch = list(texts)
+        if sum(len(text) for text in batch) <= INLINE_CHARS:
+            vectors = self._encode(batch)
+        else:
+            vectors = await anyio.to_thread.run_sync(self._encode, batch, limiter=_LONG_TEXTS)
+        return check_vectors(vectors, len(batch), self._dimensions)
+
+    def _encode(self, texts: list[str]) -> list[list[float]]:
+        vectors: list[list[float]] = self._model.embed(texts, norm=True, return_np=True).tolist()
+        return vectors

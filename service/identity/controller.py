@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from litestar import Controller, Request, get, post
-from litestar.datastructures import State
+from litestar.datastructures import ResponseHeader, State
 from litestar.params import FromPath, JSONBody
 from litestar.status_codes import HTTP_201_CREATED
 
@@ -60,7 +60,12 @@ class ClientController(Controller):
     path = "/v1/clients"
     tags = ["admin"]
 
-    @post("/", status_code=HTTP_201_CREATED, guards=_ADMIN)
+    @post(
+        "/",
+        status_code=HTTP_201_CREATED,
+        guards=_ADMIN,
+        response_headers=[ResponseHeader(name="Cache-Control", value="no-store")],
+    )
     async def create_client(
         self, request: AuthedRequest, data: JSONBody[ClientCreate], db: Db
     ) -> ClientCreated:

@@ -190,3 +190,15 @@ async def test_malformed_and_bad_admin_bodies(api: Api) -> None:
         problem = assert_problem(response, 422, "invalid-request")
         assert mentioned in problem["detail"], problem
     assert (await _principals(api), await _clients(api)) == before
+
+
+async def test_the_answer_holding_a_secret_is_not_cached(api: Api) -> None:
+    principal = await api.new_principal("alice")
+    response = await api.http.post(
+        "/v1/clients",
+        json={"principal_id": principal["id"], "name": "a", "scopes": ["read:memory"]},
+        headers=api.admin.headers,
+    )
+    assert response.status_code == 201
+    assert response.json()["client_secret"].startswith("mgs_")
+    assert response.headers["cache-control"] == "no-store"

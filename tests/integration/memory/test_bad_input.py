@@ -329,6 +329,20 @@ CASES = (
         field="subject",
     ),
     Case(
+        "cursor-deeply-nested",
+        "GET",
+        "/v1/memories?cursor=" + base64.urlsafe_b64encode(b"[" * 5000).decode(),
+        400,
+        "bad-cursor",
+    ),
+    Case(
+        "cursor-too-long",
+        "GET",
+        "/v1/memories?cursor=" + _b64({"v": 1, "after": "x" * 300}),
+        400,
+        "bad-cursor",
+    ),
+    Case(
         "key-trailing-newline",
         "POST",
         "/v1/memories",

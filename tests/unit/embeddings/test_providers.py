@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 
 import httpx
 import pytest
 
 from service.embeddings import EmbeddingFailed, EmbeddingInvalid
 from service.embeddings.http import HttpEmbedder
-from service.embeddings.wordllama import WordLlamaEmbedder
+from service.embeddings.wordllama import INLINE_CHARS, WordLlamaEmbedder
 from service.runtime import check_embedder
 
 
@@ -116,3 +117,20 @@ def test_a_model_of_another_dimension_refuses_to_start() -> None:
     embedder = HttpEmbedder(flavor="openai", base_url="http://x", model="big", dimensions=384)
     with pytest.raises(SystemExit, match="384 dimensions"):
         check_embedder(embedder)
+
+
+async def test_long_texts_are_embedded_off_the_event_loop() -> None:
+    """Red-team round 2, F8: a 16k-character value would otherwise stall every request."""
+    seen: list[str] = []
+
+    class Recording(WordLlamaEmbedder):
+        def _encode(self, texts: list[str]) -> list[list[float]]:
+            seen.append(threading.current_thread().name)
+            return super()._encode(texts)
+
+    embedder = Recording()
+    await embedder.embed(["short query"])
+    await embedder.embed(["🙂" * (INLINE_CHARS + 1)])
+    main = threading.main_thread().name
+    assert seen[0] == main
+    assert seen[1] != main
