@@ -19,7 +19,7 @@ from service.embeddings import Embedder
 from service.embeddings.wordllama import WordLlamaEmbedder
 from service.runtime import Runtime, build_runtime
 from service.settings import AuthSettings, DatabaseSettings, ServerSettings, Settings
-from tests.fixtures.api import Api
+from tests.fixtures.api import Api, TestClient
 from tests.fixtures.postgres import postgres_server, with_database
 
 TEMPLATE_DB = "memgate_test_template"
@@ -81,11 +81,11 @@ async def runtime(settings: Settings, embedder: Embedder) -> AsyncIterator[Runti
 
 
 @pytest.fixture
-async def http(runtime: Runtime) -> AsyncIterator[AsyncTestClient]:  # type: ignore[type-arg]
+async def http(runtime: Runtime) -> AsyncIterator[TestClient]:
     async with AsyncTestClient(app=create_app(runtime), base_url=PUBLIC_URL) as client:
         yield client
 
 
 @pytest.fixture
-async def api(http: AsyncTestClient, runtime: Runtime) -> Api:  # type: ignore[type-arg]
+async def api(http: TestClient, runtime: Runtime) -> Api:
     return await Api.bootstrap(http, runtime)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from litestar.connection import ASGIConnection
 from litestar.handlers.base import BaseRouteHandler
@@ -11,11 +12,13 @@ from service.auth.principal import Principal
 from service.auth.scopes import Scope
 from service.problems import InsufficientScope
 
-Guard = Callable[[ASGIConnection, BaseRouteHandler], None]  # type: ignore[type-arg]
+AnyConnection = ASGIConnection[Any, Any, Any, Any]
+
+Guard = Callable[[AnyConnection, BaseRouteHandler], None]
 
 
 def requires(scope: Scope) -> Guard:
-    def guard(connection: ASGIConnection, _: BaseRouteHandler) -> None:  # type: ignore[type-arg]
+    def guard(connection: AnyConnection, _: BaseRouteHandler) -> None:
         principal: Principal = connection.user
         if not principal.has_scope(scope):
             raise InsufficientScope(

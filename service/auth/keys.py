@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-from joserfc.jwk import ECKey, KeySet, OKPKey
+from joserfc.jwk import ECKey, KeyParameters, OKPKey
 from sqlalchemy import delete, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -59,10 +59,10 @@ SigningJwk = ECKey | OKPKey
 
 
 def _generate(alg: str, kid: str) -> SigningJwk:
-    params: dict[str, Any] = {"kid": kid, "alg": alg, "use": "sig"}
+    params: KeyParameters = {"kid": kid, "alg": alg, "use": "sig"}
     if alg == "EdDSA":
-        return OKPKey.generate_key("Ed25519", parameters=params)  # type: ignore[arg-type]
-    return ECKey.generate_key("P-256", parameters=params)  # type: ignore[arg-type]
+        return OKPKey.generate_key("Ed25519", parameters=params)
+    return ECKey.generate_key("P-256", parameters=params)
 
 
 def _import(alg: str, private: dict[str, Any]) -> SigningJwk:
@@ -137,7 +137,3 @@ async def published_jwks(session: AsyncSession) -> dict[str, Any]:
     tokens it signed keep verifying until they expire."""
     rows = (await session.scalars(select(SigningKey).order_by(SigningKey.created_at))).all()
     return {"keys": [row.public_jwk for row in rows]}
-
-
-def keyset_from_jwks(document: dict[str, Any]) -> KeySet:
-    return KeySet.import_key_set(document)  # type: ignore[arg-type]

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, cast
 
 import structlog
-from litestar.connection import ASGIConnection
 from litestar.middleware import AbstractAuthenticationMiddleware, AuthenticationResult
 
+from service.auth.guards import AnyConnection
 from service.auth.resolver import resolve_principal
 from service.auth.tokens import TokenRejected
 from service.problems import NotAuthenticated
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 
 class BearerAuthentication(AbstractAuthenticationMiddleware):
-    async def authenticate_request(self, connection: ASGIConnection) -> AuthenticationResult:  # type: ignore[type-arg]
+    async def authenticate_request(self, connection: AnyConnection) -> AuthenticationResult:
         header = connection.headers.get("authorization", "")
         scheme, _, token = header.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():

@@ -13,12 +13,12 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import httpx
 from joserfc import jws, jwt
 from joserfc.errors import JoseError
-from joserfc.jwk import KeySet
+from joserfc.jwk import KeySet, KeySetSerialization
 from joserfc.jwt import JWTClaimsRegistry
 
 from service.auth.scopes import parse_scopes
@@ -90,7 +90,7 @@ class CachedKeySet:
             self.fetch_count += 1
             try:
                 document = await self._fetch()
-                self._keys = KeySet.import_key_set(document)  # type: ignore[arg-type]
+                self._keys = KeySet.import_key_set(cast(KeySetSerialization, document))
                 self._fetched_at = time.monotonic()
             except (httpx.HTTPError, ValueError, KeyError, JoseError):
                 if self._keys is None:

@@ -35,6 +35,7 @@ from service.memory.schemas import (
     SearchHit,
     SearchRequest,
     SearchResult,
+    Status,
 )
 from service.policy.visible import Action, granted_space_ids, visible
 from service.problems import InvalidRequest
@@ -262,7 +263,7 @@ def not_found_detail(memory_id: uuid.UUID) -> str:
     return f"No memory {memory_id} is visible to you."
 
 
-def status_of(row: Memory) -> str:
+def status_of(row: Memory) -> Status:
     if row.superseded_at is not None:
         return "superseded"
     if row.expires_at is not None and row.expires_at <= datetime.now(UTC):
@@ -278,7 +279,7 @@ def to_out(row: Memory) -> MemoryOut:
         kind=row.kind,
         key=row.key,
         value=row.value,
-        status=status_of(row),  # type: ignore[arg-type]
+        status=status_of(row),
         valid_from=row.valid_from,
         valid_until=row.valid_until,
         expires_at=row.expires_at,

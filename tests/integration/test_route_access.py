@@ -8,16 +8,15 @@ from __future__ import annotations
 import re
 
 import pytest
-from litestar.testing import AsyncTestClient
 
-from tests.fixtures.api import Api
+from tests.fixtures.api import Api, TestClient
 from tests.integration.memory import matrix
 from tests.integration.memory.support import ID_ROUTES, ROUTES, Route
 
 
 @pytest.mark.parametrize("route", ROUTES, ids=str)
 async def test_no_token_is_401_with_challenge(
-    http: AsyncTestClient,  # type: ignore[type-arg]
+    http: TestClient,
     route: Route,
 ) -> None:
     await matrix.check_unauthenticated(http, route)

@@ -164,3 +164,18 @@ async def get_protected(http: Any, token: str) -> httpx.Response:
         PROTECTED, headers={"Authorization": f"Bearer {token}"}
     )
     return response
+
+
+def assert_oauth_error(response: httpx.Response, status: int, error: str, secret: str = "") -> None:
+    """A token-endpoint refusal: RFC 6749 `error` and RFC 9457 members, never cached, and the
+    presented secret nowhere in the answer."""
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith("application/problem+json")
+    body = response.json()
+    assert body["error"] == error
+    assert body["status"] == status
+    assert body["error_description"]
+    assert "access_token" not in body
+    if secret:
+        assert secret not in response.text
+    assert response.headers.get("cache-control") == "no-store"

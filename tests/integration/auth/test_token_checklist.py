@@ -13,11 +13,10 @@ import uuid
 
 import pytest
 from joserfc.jwk import ECKey, OctKey
-from litestar.testing import AsyncTestClient
 
 from service.auth.tokens import TokenRejected
 from service.runtime import Runtime
-from tests.fixtures.api import Agent, Api
+from tests.fixtures.api import Agent, Api, TestClient
 from tests.integration.auth.forge import (
     assert_token_rejected,
     attacker_key,
@@ -72,7 +71,7 @@ async def test_control_forged_token_with_real_key_is_accepted(
     assert response.status_code == 200, response.text
 
 
-async def test_missing_bearer_token_is_401(http: AsyncTestClient) -> None:  # type: ignore[type-arg]
+async def test_missing_bearer_token_is_401(http: TestClient) -> None:
     response = await http.get("/v1/memories")
     assert response.status_code == 401
     assert response.headers["content-type"].startswith("application/problem+json")

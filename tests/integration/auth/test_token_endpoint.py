@@ -9,41 +9,27 @@ import time
 import uuid
 from typing import Any
 
-import httpx
 from joserfc import jwt
 from joserfc.jwk import KeySet
-from litestar.testing import AsyncTestClient
 from sqlalchemy import select
 
 from service.db.models import Client
 from service.runtime import Runtime
-from tests.fixtures.api import Api
-from tests.integration.auth.forge import get_protected, unverified_header
+from tests.fixtures.api import Api, TestClient
+from tests.integration.auth.forge import assert_oauth_error, get_protected, unverified_header
 
 PRIVATE_JWK_MEMBERS = ("d", "p", "q", "dp", "dq", "qi", "k", "oth")
-
-
-def _assert_oauth_error(response: httpx.Response, status: int, error: str, secret: str) -> None:
-    assert response.status_code == status, response.text
-    assert response.headers["content-type"].startswith("application/problem+json")
-    body = response.json()
-    assert body["error"] == error
-    assert body["status"] == status
-    assert "access_token" not in body
-    if secret:
-        assert secret not in response.text
-    assert response.headers.get("cache-control") == "no-store"
 
 
 async def test_wrong_secret_is_invalid_client(api: Api) -> None:
     alice = await api.new_agent("alice")
     wrong = alice.secret[:-4] + "XXXX"
     response = await api.token_response(alice.client_id, wrong)
-    _assert_oauth_error(response, 401, "invalid_client", wrong)
+    assert_oauth_error(response, 401, "invalid_client", wrong)
     assert alice.secret not in response.text
     assert response.headers["www-authenticate"].lower().startswith("basic")
     empty = await api.token_response(alice.client_id, "")
-    _assert_oauth_error(empty, 401, "invalid_client", "")
+    assert_oauth_error(empty, 401, "invalid_client", "")
 
 
 async def test_wrong_secret_via_post_body_is_invalid_client(api: Api) -> None:
@@ -56,20 +42,20 @@ async def test_wrong_secret_via_post_body_is_invalid_client(api: Api) -> None:
             "client_secret": "mgs_wrong",
         },
     )
-    _assert_oauth_error(response, 401, "invalid_client", "mgs_wrong")
+    assert_oauth_error(response, 401, "invalid_client", "mgs_wrong")
 
 
 async def test_unknown_client_is_invalid_client(api: Api) -> None:
     for client_id in (str(uuid.uuid4()), "nobody", "' OR 1=1 --", ""):
         response = await api.token_response(client_id, "mgs_whatever")
-        _assert_oauth_error(response, 401, "invalid_client", "mgs_whatever")
+        assert_oauth_error(response, 401, "invalid_client", "mgs_whatever")
 
 
 async def test_another_clients_secret_is_invalid_client(api: Api) -> None:
     alice = await api.new_agent("alice")
     bob = await api.new_agent("bob")
     response = await api.token_response(alice.client_id, bob.secret)
-    _assert_oauth_error(response, 401, "invalid_client", bob.secret)
+    assert_oauth_error(response, 401, "invalid_client", bob.secret)
 
 
 async def test_client_secret_is_stored_as_argon2id_hash(api: Api, runtime: Runtime) -> None:
@@ -152,7 +138,7 @@ async def test_agent_asking_for_admin_scope_gets_none_of_it(api: Api) -> None:
     assert mixed.status_code == 200, mixed.text
     assert mixed.json()["scope"] == "read:memory"
     only_admin = await api.token_response(alice.client_id, alice.secret, "manage:policy")
-    _assert_oauth_error(only_admin, 400, "invalid_scope", alice.secret)
+    assert_oauth_error(only_admin, 400, "invalid_scope", alice.secret)
 
 
 async def test_no_scope_requested_grants_all_registered_scopes(api: Api) -> None:
@@ -169,7 +155,7 @@ async def test_nothing_grantable_is_invalid_scope(api: Api) -> None:
     alice = await api.new_agent("alice", scopes=("read:memory",))
     for scope in ("delete:memory", "write:memory delete:memory", "no:such-scope"):
         response = await api.token_response(alice.client_id, alice.secret, scope)
-        _assert_oauth_error(response, 400, "invalid_scope", alice.secret)
+        assert_oauth_error(response, 400, "invalid_scope", alice.secret)
 
 
 async def test_issued_token_carries_every_claim(api: Api, runtime: Runtime) -> None:
@@ -249,7 +235,7 @@ async def test_unsupported_grant_type_is_refused(api: Api) -> None:
 
 
 async def test_jwks_lists_the_token_kid_without_private_members(
-    http: AsyncTestClient,  # type: ignore[type-arg]
+    http: TestClient,
     api: Api,
 ) -> None:
     token = api.admin.token
@@ -271,7 +257,7 @@ async def test_jwks_lists_the_token_kid_without_private_members(
 
 
 async def test_authorization_server_metadata(
-    http: AsyncTestClient,  # type: ignore[type-arg]
+    http: TestClient,
     runtime: Runtime,
 ) -> None:
     response = await http.get("/.well-known/oauth-authorization-server")

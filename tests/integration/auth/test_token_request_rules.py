@@ -3,22 +3,12 @@ once, one client authentication method, and a malformed Basic header is a 401, n
 
 from __future__ import annotations
 
-import httpx
 import pytest
 
 from tests.fixtures.api import Api
+from tests.integration.auth.forge import assert_oauth_error
 
 FORM = "application/x-www-form-urlencoded"
-
-
-def _assert_oauth_error(response: httpx.Response, status: int, error: str) -> None:
-    assert response.status_code == status, response.text
-    assert response.headers["content-type"].startswith("application/problem+json")
-    assert response.headers["cache-control"] == "no-store"
-    body = response.json()
-    assert body["error"] == error
-    assert body["status"] == status
-    assert body["error_description"]
 
 
 @pytest.mark.parametrize("header", [b"Basic /w==", b"Basic \xe9\xe9\xe9\xe9", b"Basic Zm9v"])
@@ -28,7 +18,7 @@ async def test_malformed_basic_header_is_invalid_client(api: Api, header: bytes)
         content=b"grant_type=client_credentials",
         headers={b"Authorization": header, b"Content-Type": FORM.encode()},
     )
-    _assert_oauth_error(response, 401, "invalid_client")
+    assert_oauth_error(response, 401, "invalid_client")
 
 
 async def test_repeated_parameters_are_refused(api: Api) -> None:
@@ -39,7 +29,7 @@ async def test_repeated_parameters_are_refused(api: Api) -> None:
         headers={"Content-Type": FORM},
         auth=(alice.client_id, alice.secret),
     )
-    _assert_oauth_error(response, 400, "invalid_request")
+    assert_oauth_error(response, 400, "invalid_request")
     assert "scope" in response.json()["error_description"]
 
 
@@ -54,7 +44,7 @@ async def test_two_authentication_methods_are_refused(api: Api) -> None:
         },
         auth=(alice.client_id, "mgs_wrong"),
     )
-    _assert_oauth_error(response, 400, "invalid_request")
+    assert_oauth_error(response, 400, "invalid_request")
 
 
 @pytest.mark.parametrize(
@@ -78,4 +68,4 @@ async def test_only_form_bodies_are_accepted(api: Api, content: bytes, content_t
         headers={"Content-Type": content_type},
         auth=(alice.client_id, alice.secret),
     )
-    _assert_oauth_error(response, 400, "invalid_request")
+    assert_oauth_error(response, 400, "invalid_request")

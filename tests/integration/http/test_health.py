@@ -2,20 +2,20 @@ from __future__ import annotations
 
 import pytest
 import structlog
-from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
 from service.runtime import Runtime
+from tests.fixtures.api import TestClient
 
 
-async def test_healthz_needs_no_token(http: AsyncTestClient) -> None:  # type: ignore[type-arg]
+async def test_healthz_needs_no_token(http: TestClient) -> None:
     response = await http.get("/healthz")
     assert response.status_code == 200
     assert response.json() == {"status": "ok"}
 
 
 async def test_readyz_checks_the_migration_head(
-    http: AsyncTestClient,  # type: ignore[type-arg]
+    http: TestClient,
     runtime: Runtime,
 ) -> None:
     assert (await http.get("/readyz")).json() == {"status": "ready"}
@@ -26,7 +26,7 @@ async def test_readyz_checks_the_migration_head(
     assert response.json() == {"status": "migrations not at head"}
 
 
-async def test_every_response_carries_a_request_id(http: AsyncTestClient) -> None:  # type: ignore[type-arg]
+async def test_every_response_carries_a_request_id(http: TestClient) -> None:
     response = await http.get("/healthz", headers={"X-Request-Id": "abc-123"})
     assert response.headers["x-request-id"] == "abc-123"
     generated = (await http.get("/healthz")).headers["x-request-id"]
@@ -38,7 +38,7 @@ async def test_every_response_carries_a_request_id(http: AsyncTestClient) -> Non
     [("GET", "/v1/memories", 401), ("GET", "/v1/nothing", 404), ("GET", "/oauth/token", 405)],
 )
 async def test_refusals_are_logged_with_their_status_and_carry_the_request_id(
-    http: AsyncTestClient,  # type: ignore[type-arg]
+    http: TestClient,
     method: str,
     path: str,
     status: int,
