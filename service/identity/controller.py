@@ -89,4 +89,16 @@ class ClientController(Controller):
         self, request: AuthedRequest, client_id: FromPath[str], db: Db
     ) -> ClientOut:
         """Disable a client: new tokens are refused and its live tokens stop working at once."""
-        return await _service(request, db).disable_client(request.user, parse_id(client_id))
+        return await _service(request, db).set_client_enabled(
+            request.user, parse_id(client_id), enabled=False
+        )
+
+    @post("/{client_id:str}/enable", status_code=200, guards=_ADMIN)
+    async def enable_client(
+        self, request: AuthedRequest, client_id: FromPath[str], db: Db
+    ) -> ClientOut:
+        """Re-enable a disabled client: it may get tokens again (its old tokens too, until they
+        expire)."""
+        return await _service(request, db).set_client_enabled(
+            request.user, parse_id(client_id), enabled=True
+        )

@@ -163,10 +163,12 @@ class IdentityService:
         )
         return [_client_out(row) for row in rows.all()]
 
-    async def disable_client(self, caller: CallerScopes, client_id: uuid.UUID) -> ClientOut:
-        """Disable a client, unless it holds an admin scope the caller lacks: a lower admin
-        cannot lock out a higher one (there is no way back from a disabled client yet), while
-        any policy admin can stop an agent's client."""
+    async def set_client_enabled(
+        self, caller: CallerScopes, client_id: uuid.UUID, *, enabled: bool
+    ) -> ClientOut:
+        """Disable or re-enable a client, unless it holds an admin scope the caller lacks: a
+        lower admin can neither lock out a higher one nor revive a client a higher one stopped,
+        while any policy admin can stop (and restart) an agent's client. Idempotent."""
         row = await self._session.get(Client, (self._tenant_id, client_id), with_for_update=True)
         if row is None:
             raise ClientNotFound(f"No client {client_id} in your tenant.")
@@ -175,12 +177,14 @@ class IdentityService:
             raise InsufficientScope(
                 "This client holds admin scopes your token lacks "
                 f"({', '.join(sorted(outranking))}); only a caller holding all of them may "
-                "disable it.",
+                f"{'enable' if enabled else 'disable'} it.",
                 required_scope=sorted(outranking)[0],
             )
-        if row.disabled_at is None:
+        if enabled:
+            row.disabled_at = None
+        elif row.disabled_at is None:
             row.disabled_at = datetime.now(UTC)
-            await self._session.flush()
+        await self._session.flush()
         return _client_out(row)
 
     async def _personal_space(self, principal_id: uuid.UUID) -> uuid.UUID | None:

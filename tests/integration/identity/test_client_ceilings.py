@@ -111,3 +111,23 @@ async def test_a_narrow_admin_cannot_disable_a_wider_client(api: Api) -> None:
     again = await api.http.post(f"/v1/clients/{peer_id}/disable", headers=headers)
     assert first.status_code == again.status_code == 200
     assert first.json()["disabled_at"] == again.json()["disabled_at"] is not None
+
+
+async def test_a_disabled_client_can_be_enabled_again_within_the_ceiling(api: Api) -> None:
+    alice = await api.new_agent("alice")
+    disable = await api.http.post(
+        f"/v1/clients/{alice.client_id}/disable", headers=api.admin.headers
+    )
+    assert disable.json()["disabled_at"] is not None
+    refused = await api.token_response(alice.client_id, alice.secret)
+    assert refused.status_code == 401
+    enable = await api.http.post(f"/v1/clients/{alice.client_id}/enable", headers=api.admin.headers)
+    assert enable.status_code == 200, enable.text
+    assert enable.json()["disabled_at"] is None
+    assert (await api.token_response(alice.client_id, alice.secret)).status_code == 200
+    # A policy-only admin cannot revive a client that holds manage:tenant.
+    _, narrow = await _narrow_admin(api, ["manage:policy"])
+    owner_id = api.admin.client_id
+    assert (
+        await api.http.post(f"/v1/clients/{owner_id}/enable", headers=narrow)
+    ).status_code == 403

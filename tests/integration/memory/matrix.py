@@ -200,6 +200,10 @@ async def check_minimal_scope(api: Api, route: Route) -> None:
             (b["client_id"], b["disabled_at"] is not None),
             (alice.client_id, True),
         ),
+        "POST /v1/clients/{id}/enable": lambda b: (
+            (b["client_id"], b["disabled_at"]),
+            (alice.client_id, None),
+        ),
     }
     actual, expected = projections[str(route)](body_out)
     assert actual == expected

@@ -121,6 +121,7 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/v1/clients", "manage:policy", "admin"),
     Route("GET", "/v1/clients/{id}", "manage:policy", "admin", resource="client"),
     Route("POST", "/v1/clients/{id}/disable", "manage:policy", "admin", resource="client"),
+    Route("POST", "/v1/clients/{id}/enable", "manage:policy", "admin", resource="client"),
 )
 ID_ROUTES = tuple(route for route in ROUTES if route.resource is not None)
 
