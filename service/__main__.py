@@ -166,23 +166,19 @@ def cmd_revision(settings: Settings, message: str) -> int:
 
 
 def cmd_rotate_keys(settings: Settings) -> int:
-    from service.embeddings.base import Embedder
-    from service.runtime import build_runtime
-
-    class _NoEmbedder:
-        model_id = "none"
-        dimensions = 256
-
-        async def embed(self, texts: object) -> list[list[float]]:
-            raise RuntimeError("not used")
+    from service.auth.keys import KeyEncryptionKey
+    from service.db.session import create_engine, create_sessionmaker
+    from service.runtime import rotate_signing_keys
 
     async def rotate(url: str) -> str:
-        embedder: Embedder = _NoEmbedder()
-        runtime = await build_runtime(settings, url, embedder)
+        engine = create_engine(url, pool_size=1)
+        kek = KeyEncryptionKey.from_setting_or_file(
+            settings.auth.key_encryption_key, settings.database.data_dir
+        )
         try:
-            return await runtime.rotate_signing_keys()
+            return await rotate_signing_keys(settings, create_sessionmaker(engine), kek)
         finally:
-            await runtime.close()
+            await engine.dispose()
 
     with database_url(settings) as url:
         kid = asyncio.run(rotate(url))

@@ -18,6 +18,10 @@ from service.db.session import create_engine, create_sessionmaker
 from service.embeddings import Embedder
 from service.settings import Settings
 
+EMBEDDED_KEYS_TTL_SECONDS = 60.0
+JWKS_CACHE_SECONDS = 600
+"""How long other verifiers may cache our JWKS (the `/.well-known/jwks.json` max-age is less)."""
+
 
 @dataclass
 class Runtime:
@@ -34,13 +38,21 @@ class Runtime:
         await self.engine.dispose()
 
     async def rotate_signing_keys(self) -> str:
-        """Rotate the embedded issuer's keys (also `memgate keys rotate`)."""
-        auth = self.settings.auth
-        keep = timedelta(seconds=auth.max_token_ttl_seconds + 600 + auth.leeway_seconds)
-        async with self.sessionmaker.begin() as session:
-            kid = await rotate(session, auth.signing_alg, self.kek, keep)
+        """Rotate the embedded issuer's keys; this process sees the new key at once."""
+        kid = await rotate_signing_keys(self.settings, self.sessionmaker, self.kek)
         self.embedded_keys.invalidate()
         return kid
+
+
+async def rotate_signing_keys(
+    settings: Settings, sessionmaker: async_sessionmaker[AsyncSession], kek: KeyEncryptionKey
+) -> str:
+    """One rotation (also `memgate keys rotate`). Retired keys are kept for the longest token
+    lifetime plus the JWKS cache time plus leeway, so every token they signed still verifies."""
+    auth = settings.auth
+    keep = timedelta(seconds=auth.max_token_ttl_seconds + JWKS_CACHE_SECONDS + auth.leeway_seconds)
+    async with sessionmaker.begin() as session:
+        return await rotate(session, auth.signing_alg, kek, keep)
 
 
 def check_embedder(embedder: Embedder) -> None:
@@ -64,7 +76,7 @@ async def build_runtime(settings: Settings, database_url: str, embedder: Embedde
             return await published_jwks(session)
 
     embedded_keys = CachedKeySet(
-        embedded_jwks, ttl=60.0, min_refetch=settings.auth.jwks_refetch_seconds
+        embedded_jwks, ttl=EMBEDDED_KEYS_TTL_SECONDS, min_refetch=settings.auth.jwks_refetch_seconds
     )
     issuers: list[TrustedIssuer] = []
     issuer_config = IssuerConfig(
