@@ -115,9 +115,10 @@ async def relink_closed_head(
 
 
 async def insert(session: AsyncSession, row: Memory) -> Memory:
+    """The service sets every column the answer shows, so no read-back is needed (only the
+    computed `lexical`, which is deferred, comes from the server)."""
     session.add(row)
     await session.flush()
-    await session.refresh(row)
     return row
 
 
