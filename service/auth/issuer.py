@@ -157,28 +157,33 @@ def _refusal(status: int, error: str, description: str) -> OAuthAnswer:
     return status, {"error": error, "error_description": description}, headers
 
 
-def _basic_client_id(authorization: str) -> str | None:
-    """The client id of an HTTP Basic header; None if the header is not decodable."""
+def _basic_credentials(token: str) -> str | None:
+    """The client id of an HTTP Basic credential; None if it is not strict base64 of
+    UTF-8 `id:secret`."""
     try:
-        decoded = base64.b64decode(authorization[6:].strip(), validate=True).decode()
+        decoded = base64.b64decode(token, validate=True).decode()
     except (ValueError, UnicodeDecodeError):
         return None
     user, separator, _ = decoded.partition(":")
-    return unquote(user) if separator else None
+    return unquote(user) if separator and user else None
 
 
 @dataclass(frozen=True)
 class _TokenRequest:
     form: dict[str, str]
     client_id: str | None
+    authorization: str
+    """What authlib gets to read: a canonical `Basic <token>` this code has validated, or ""."""
 
 
 def _check_request(
     content_type: str, items: list[tuple[str, str]], authorization: str
 ) -> _TokenRequest | OAuthAnswer:
     """RFC 6749's request rules that authlib leaves to the framework: a form body, each
-    parameter once (§3.1), one client authentication method (§2.3). Returns the form and the
-    client id, or the refusal."""
+    parameter once (§3.1), one client authentication method (§2.3). Returns the form, the
+    client id and the canonical Authorization header, or the refusal. The header is parsed the
+    way authlib would (scheme, any whitespace, token), and authlib only ever sees the canonical
+    form of what was checked here."""
     media_type = content_type.split(";", maxsplit=1)[0].strip().lower()
     if media_type != "application/x-www-form-urlencoded":
         return _refusal(400, "invalid_request", "Send application/x-www-form-urlencoded.")
@@ -187,16 +192,18 @@ def _check_request(
         if name in form:
             return _refusal(400, "invalid_request", f"Parameter '{name}' is repeated.")
         form[name] = value
-    if not authorization.lower().startswith("basic "):
-        return _TokenRequest(form, form.get("client_id"))
+    parts = authorization.split(None, 1)
+    if not parts or parts[0].lower() != "basic":
+        return _TokenRequest(form, form.get("client_id"), "")
     if "client_secret" in form:
         return _refusal(
             400, "invalid_request", "Authenticate with Basic or with the form, not both."
         )
-    client_id = _basic_client_id(authorization)
+    token = parts[1].strip() if len(parts) == 2 else ""
+    client_id = _basic_credentials(token)
     if client_id is None:
         return _refusal(401, "invalid_client", "The Basic authorization header is malformed.")
-    return _TokenRequest(form, client_id)
+    return _TokenRequest(form, client_id, f"Basic {token}")
 
 
 async def _load_client(session: AsyncSession, client_id: str | None) -> RegisteredClient | None:
@@ -286,7 +293,7 @@ async def token_response(
     server.register_token_generator("default", _token_generator(config, key))
     # authlib reads 'Authorization' case-sensitively; it gets nothing else of the request.
     request = _FormRequest(
-        config.issuer + "/oauth/token", checked.form, {"Authorization": authorization}
+        config.issuer + "/oauth/token", checked.form, {"Authorization": checked.authorization}
     )
     result: OAuthAnswer = await anyio.to_thread.run_sync(
         server.create_token_response, request, limiter=_GRANTS_AT_ONCE

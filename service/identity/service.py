@@ -113,26 +113,10 @@ class IdentityService:
         client acting as *another* principal (its holder reads that principal's memories) needs
         `manage:tenant` on top of `manage:policy`."""
         scopes = _checked_scopes(data.kind, data.scopes)
-        missing = scopes - caller.scopes
-        if missing:
-            raise ScopeNotAllowed(
-                "You can only register scopes your own token holds; missing: "
-                f"{', '.join(sorted(missing))}."
-            )
         target = await self._session.get(Principal, (self._tenant_id, data.principal_id))
         if target is None:
             raise PrincipalNotFound(f"No principal {data.principal_id} in your tenant.")
-        if target.kind == "agent" and (data.kind == "admin" or scopes & ADMIN_SCOPES):
-            raise ScopeNotAllowed(
-                "Principal is an agent: agents never get admin clients or admin scopes."
-            )
-        if target.id != caller.principal_id and Scope.MANAGE_TENANT not in caller.scopes:
-            raise InsufficientScope(
-                "Registering a client that acts as another principal needs the "
-                f"'{Scope.MANAGE_TENANT}' scope as well: its holder would read that "
-                "principal's memories.",
-                required_scope=str(Scope.MANAGE_TENANT),
-            )
+        _check_registration(caller, target, scopes, data.kind)
         secret = new_client_secret()
         client = Client(
             tenant_id=self._tenant_id,
@@ -166,9 +150,11 @@ class IdentityService:
     async def set_client_enabled(
         self, caller: CallerScopes, client_id: uuid.UUID, *, enabled: bool
     ) -> ClientOut:
-        """Disable or re-enable a client, unless it holds an admin scope the caller lacks: a
-        lower admin can neither lock out a higher one nor revive a client a higher one stopped,
-        while any policy admin can stop (and restart) an agent's client. Idempotent."""
+        """Disable or re-enable a client. Disabling is protective: any policy admin may stop a
+        client unless it holds an admin scope the caller lacks (a lower admin cannot lock out a
+        higher one). Re-enabling hands working credentials back, so it takes the ceilings of
+        registration: every scope of the client held by the caller, and `manage:tenant` for a
+        client acting as another user or service. Idempotent."""
         row = await self._session.get(Client, (self._tenant_id, client_id), with_for_update=True)
         if row is None:
             raise ClientNotFound(f"No client {client_id} in your tenant.")
@@ -181,6 +167,9 @@ class IdentityService:
                 required_scope=sorted(outranking)[0],
             )
         if enabled:
+            target = await self._session.get(Principal, (self._tenant_id, row.principal_id))
+            assert target is not None  # foreign key
+            _check_registration(caller, target, set(row.allowed_scopes), row.kind)
             row.disabled_at = None
         elif row.disabled_at is None:
             row.disabled_at = datetime.now(UTC)
@@ -196,6 +185,27 @@ class IdentityService:
             )
         )
         return found
+
+
+def _check_registration(
+    caller: CallerScopes, target: Principal, scopes: set[str], kind: str
+) -> None:
+    """Who may hand out working credentials for `target` (registering, or re-enabling)."""
+    missing = scopes - caller.scopes
+    if missing:
+        raise ScopeNotAllowed(
+            "You can only hand out scopes your own token holds; missing: "
+            f"{', '.join(sorted(missing))}."
+        )
+    if target.kind == "agent" and (kind == "admin" or scopes & ADMIN_SCOPES):
+        raise ScopeNotAllowed("Principal is an agent: agents never get admin clients or scopes.")
+    if target.id != caller.principal_id and Scope.MANAGE_TENANT not in caller.scopes:
+        raise InsufficientScope(
+            "Credentials that act as another principal need the "
+            f"'{Scope.MANAGE_TENANT}' scope as well: their holder reads that principal's "
+            "memories.",
+            required_scope=str(Scope.MANAGE_TENANT),
+        )
 
 
 def _checked_scopes(kind: str, requested: list[str]) -> set[str]:

@@ -3,6 +3,8 @@ once, one client authentication method, and a malformed Basic header is a 401, n
 
 from __future__ import annotations
 
+import base64
+
 import pytest
 
 from tests.fixtures.api import Api
@@ -69,3 +71,44 @@ async def test_only_form_bodies_are_accepted(api: Api, content: bytes, content_t
         auth=(alice.client_id, alice.secret),
     )
     assert_oauth_error(response, 400, "invalid_request")
+
+
+def _tabbed_basic(client_id: str, secret: str, *, split: bool) -> bytes:
+    """`Basic<TAB>token`, optionally with a space inside the token: parsers disagree on it."""
+    token = base64.b64encode(f"{client_id}:{secret}".encode())
+    return b"Basic\t" + (token[:4] + b" " + token[4:] if split else token)
+
+
+async def test_whitespace_variants_of_basic_are_parsed_like_authlib(api: Api) -> None:
+    """Red-team round 3: a tab after `Basic` skipped the checks and reached authlib raw: a 500
+    for undecodable bytes, and a second authentication method slipping past the one-method rule.
+    """
+    undecodable = b"Basic\t" + base64.b64encode(b"\xff\xfe\xfd:xyz")
+    response = await api.http.post(
+        "/oauth/token",
+        content=b"grant_type=client_credentials",
+        headers={b"Authorization": undecodable, b"Content-Type": FORM.encode()},
+    )
+    assert_oauth_error(response, 401, "invalid_client")
+
+    alice = await api.new_agent("alice")
+    form = (
+        f"grant_type=client_credentials&client_id={alice.client_id}&client_secret=mgs_wrong"
+    ).encode()
+    for split in (True, False):
+        header = _tabbed_basic(alice.client_id, alice.secret, split=split)
+        both = await api.http.post(
+            "/oauth/token",
+            content=form,
+            headers={b"Authorization": header, b"Content-Type": FORM.encode()},
+        )
+        assert_oauth_error(both, 400, "invalid_request")
+    alone = await api.http.post(
+        "/oauth/token",
+        content=b"grant_type=client_credentials",
+        headers={
+            b"Authorization": _tabbed_basic(alice.client_id, alice.secret, split=False),
+            b"Content-Type": FORM.encode(),
+        },
+    )
+    assert alone.status_code == 200, alone.text

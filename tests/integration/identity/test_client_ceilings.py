@@ -131,3 +131,18 @@ async def test_a_disabled_client_can_be_enabled_again_within_the_ceiling(api: Ap
     assert (
         await api.http.post(f"/v1/clients/{owner_id}/enable", headers=narrow)
     ).status_code == 403
+
+
+async def test_a_policy_admin_cannot_revive_the_owners_stopped_client(api: Api) -> None:
+    """Red-team round 3: re-enabling hands credentials back, so it takes the registration
+    ceilings; before, only admin scopes on the client counted and this answered 200."""
+    _, narrow = await _narrow_admin(api, ["manage:policy"])
+    owners = await api.new_client(api.admin.principal_id, ["read:memory", "write:memory"])
+    client_id, secret = owners["client"]["client_id"], owners["client_secret"]
+    stopped = await api.http.post(f"/v1/clients/{client_id}/disable", headers=api.admin.headers)
+    assert stopped.status_code == 200
+    revived = await api.http.post(f"/v1/clients/{client_id}/enable", headers=narrow)
+    assert revived.status_code == 422, revived.text  # it lacks the client's memory scopes
+    assert (await api.token_response(client_id, secret)).status_code == 401
+    listed = await api.http.get(f"/v1/clients/{client_id}", headers=api.admin.headers)
+    assert listed.json()["disabled_at"] is not None
