@@ -159,8 +159,14 @@ async def check_minimal_scope(api: Api, route: Route) -> None:
             "kind": "admin",
             "scopes": [ADMIN_ONLY],
         }
+    target, enabled_id = target_id(route, targets), ""
+    if str(route) == "POST /v1/clients/{id}/enable":
+        # Re-enabling hands credentials back: with manage:policy alone, only a client of the
+        # caller within its own scopes (test_client_ceilings.py covers the refusals).
+        own = await api.new_client(api.admin.principal_id, [ADMIN_ONLY], kind="admin")
+        target = enabled_id = own["client"]["client_id"]
     before = await count_memories(api.runtime)
-    response = await call(api.http, route, target_id(route, targets), headers, body)
+    response = await call(api.http, route, target, headers, body)
     assert response.status_code == route.ok_status, response.text
     body_out: Any = response.json() if response.content else None
     projections: dict[str, Callable[[Any], tuple[Any, Any]]] = {
@@ -202,7 +208,7 @@ async def check_minimal_scope(api: Api, route: Route) -> None:
         ),
         "POST /v1/clients/{id}/enable": lambda b: (
             (b["client_id"], b["disabled_at"]),
-            (alice.client_id, None),
+            (enabled_id, None),
         ),
     }
     actual, expected = projections[str(route)](body_out)
