@@ -196,7 +196,8 @@ class MemoryService:
             value=data.value,
             content_hash=content_hash(data.value),
             embedding=vector,
-            embedding_model=self._embedder.model_id,
+            # provider/model@dimensions: what a re-embedding job needs to find stale rows.
+            embedding_model=f"{self._embedder.model_id}@{self._embedder.dimensions}",
             valid_from=data.valid_from or now,
             recorded_at=now,
             expires_at=now + timedelta(seconds=data.ttl_seconds) if data.ttl_seconds else None,

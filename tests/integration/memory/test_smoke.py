@@ -10,4 +10,7 @@ async def test_agent_remembers_and_recalls(api: Api) -> None:
     assert response.status_code == 200, response.text
     hits = response.json()["hits"]
     assert [hit["memory"]["id"] for hit in hits] == [written["id"]]
-    assert hits[0]["memory"]["provenance"]["writer_id"] == alice.principal_id
+    provenance = hits[0]["memory"]["provenance"]
+    assert provenance["writer_id"] == alice.principal_id
+    assert provenance["client_id"] == alice.client_id
+    assert provenance["embedding_model"] == "wordllama/l2_supercat@256"
