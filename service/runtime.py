@@ -15,7 +15,7 @@ from service.auth.keys import KeyEncryptionKey, ensure_keys, published_jwks, rot
 from service.auth.tokens import CachedKeySet, TokenVerifier, TrustedIssuer, http_jwks_fetcher
 from service.db.models import EMBEDDING_DIMENSIONS
 from service.db.session import create_engine, create_sessionmaker
-from service.embeddings import Embedder
+from service.embeddings import Embedder, EmbeddingFailed, EmbeddingInvalid
 from service.settings import Settings
 
 EMBEDDED_KEYS_TTL_SECONDS = 60.0
@@ -55,16 +55,25 @@ async def rotate_signing_keys(
         return await rotate(session, auth.signing_alg, kek, keep)
 
 
-def check_embedder(embedder: Embedder) -> None:
+async def check_embedder(embedder: Embedder) -> None:
+    """Refuse to start unless the model's vectors fit the schema: the configured dimension, and
+    one real embedding (an HTTP provider may serve another model than configured)."""
     if embedder.dimensions != EMBEDDING_DIMENSIONS:
         raise SystemExit(
             f"The embedding model {embedder.model_id} has {embedder.dimensions} dimensions but "
             f"the schema stores {EMBEDDING_DIMENSIONS}; refusing to start."
         )
+    try:
+        await embedder.embed(["memgate start-up probe"])
+    except (EmbeddingInvalid, EmbeddingFailed) as exc:
+        raise SystemExit(
+            f"The embedding provider {embedder.model_id} failed its start-up probe: "
+            f"{exc.detail} Refusing to start."
+        ) from None
 
 
 async def build_runtime(settings: Settings, database_url: str, embedder: Embedder) -> Runtime:
-    check_embedder(embedder)
+    await check_embedder(embedder)
     engine = create_engine(database_url, pool_size=settings.database.pool_size)
     sessionmaker = create_sessionmaker(engine)
     kek = KeyEncryptionKey.from_setting_or_file(

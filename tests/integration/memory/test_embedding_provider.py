@@ -72,9 +72,10 @@ async def provider_api(settings: Settings, provider: FakeProvider) -> AsyncItera
 
 async def test_a_working_provider_writes(provider_api: Api, provider: FakeProvider) -> None:
     alice = await provider_api.new_agent("alice")
+    assert provider.calls == 1  # the start-up probe
     memory = await provider_api.remember(alice, key="deploy.window", value="friday")
-    assert memory["provenance"]["embedding_model"] == "openai/fake-256"
-    assert provider.calls == 1
+    assert memory["provenance"]["embedding_model"] == "openai/fake-256@256"
+    assert provider.calls == 2
     assert await count_memories(provider_api.runtime) == 1
 
 

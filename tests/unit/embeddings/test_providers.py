@@ -110,13 +110,30 @@ async def test_wordllama_loads_offline_and_normalizes() -> None:
     [vector] = await embedder.embed(["deploy window is friday"])
     assert len(vector) == 256
     assert math.isclose(math.fsum(v * v for v in vector), 1.0, rel_tol=1e-4)
-    check_embedder(embedder)
+    await check_embedder(embedder)
 
 
-def test_a_model_of_another_dimension_refuses_to_start() -> None:
+async def test_a_model_of_another_dimension_refuses_to_start() -> None:
     embedder = HttpEmbedder(flavor="openai", base_url="http://x", model="big", dimensions=384)
     with pytest.raises(SystemExit, match="384 dimensions"):
-        check_embedder(embedder)
+        await check_embedder(embedder)
+
+
+async def test_a_provider_serving_another_model_than_configured_refuses_to_start() -> None:
+    def handle(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json={"embeddings": [[0.1] * 768]})
+
+    embedder = _embedder("ollama", httpx.MockTransport(handle), dims=256)
+    with pytest.raises(SystemExit, match="768-dimensional"):
+        await check_embedder(embedder)
+
+
+async def test_an_unreachable_provider_refuses_to_start() -> None:
+    def handle(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("refused", request=request)
+
+    with pytest.raises(SystemExit, match="start-up probe"):
+        await check_embedder(_embedder("ollama", httpx.MockTransport(handle), dims=256))
 
 
 async def test_long_texts_are_embedded_off_the_event_loop() -> None:
