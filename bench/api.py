@@ -1,0 +1,139 @@
+"""End-to-end latency of the API in process: token verification, principal lookup, embedding,
+SQL and JSON, for a write and a search, one request at a time.
+
+    .venv/bin/python -m bench.api [--memories 2000] [--requests 300]
+
+Starts its own embedded PostgreSQL (or uses DATABASE_URL), builds the real app, and talks to it
+through an ASGI transport (no sockets, so what is measured is memgate, not the network). Prints
+medians and p95 per operation. Later work (audit, policy) reports its overhead against these.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import os
+import statistics
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, cast
+
+import httpx
+import psycopg
+
+from service.app import create_app
+from service.db.migrate import upgrade
+from service.db.session import with_database
+from service.embeddings.wordllama import WordLlamaEmbedder
+from service.identity.service import create_tenant
+from service.runtime import build_runtime
+from service.settings import AuthSettings, DatabaseSettings, ServerSettings, Settings
+
+PUBLIC_URL = "http://localhost:8080"
+TOPICS = ("deploy", "billing", "oncall", "database", "release", "incident", "customer", "api")
+
+
+def _settings(url: str, data_dir: Path) -> Settings:
+    return Settings(
+        database=DatabaseSettings(url=url, data_dir=data_dir),
+        server=ServerSettings(public_url=PUBLIC_URL),
+        auth=AuthSettings(key_encryption_key=base64.urlsafe_b64encode(os.urandom(32)).decode()),
+    )
+
+
+def _report(name: str, samples: list[float]) -> None:
+    p50 = statistics.median(samples)
+    p95 = statistics.quantiles(samples, n=20)[18]
+    print(f"{name:<28} p50 {p50:7.2f} ms  p95 {p95:7.2f} ms  (n={len(samples)})")
+
+
+async def _timed(call: Callable[[int], Awaitable[httpx.Response]], count: int) -> list[float]:
+    samples: list[float] = []
+    for i in range(count):
+        started = time.perf_counter()
+        response = await call(i)
+        samples.append((time.perf_counter() - started) * 1000)
+        assert response.status_code < 300, response.text
+    return samples
+
+
+async def run(url: str, memories: int, requests: int) -> None:
+    runtime = await build_runtime(
+        _settings(url, Path(tempfile.mkdtemp())), url, WordLlamaEmbedder()
+    )
+    app = create_app(runtime)
+    transport = httpx.ASGITransport(app=cast(Any, app))
+    async with httpx.AsyncClient(transport=transport, base_url=PUBLIC_URL) as client:
+        async with runtime.sessionmaker.begin() as session:
+            created = await create_tenant(session, "bench")
+        admin_auth = (str(created.client_id), created.client_secret)
+        form = {"grant_type": "client_credentials"}
+        admin = (await client.post("/oauth/token", data=form, auth=admin_auth)).json()
+        headers = {"Authorization": f"Bearer {admin['access_token']}"}
+        user = await client.post("/v1/principals", json={"display_name": "u"}, headers=headers)
+        registered = await client.post(
+            "/v1/clients",
+            json={
+                "principal_id": user.json()["id"],
+                "name": "agent",
+                "scopes": ["read:memory", "write:memory"],
+            },
+            headers=headers,
+        )
+        agent_auth = (registered.json()["client"]["client_id"], registered.json()["client_secret"])
+        token = (await client.post("/oauth/token", data=form, auth=agent_auth)).json()
+        agent = {"Authorization": f"Bearer {token['access_token']}"}
+
+        async def write(i: int) -> httpx.Response:
+            topic = TOPICS[i % len(TOPICS)]
+            body = {
+                "subject": f"service:{topic}",
+                "kind": "fact",
+                "key": f"{topic}.note.{i}",
+                "value": f"Note {i} about the {topic} process and who owns it",
+            }
+            return await client.post("/v1/memories", json=body, headers=agent)
+
+        async def search(i: int) -> httpx.Response:
+            query = {"query": f"who owns the {TOPICS[i % len(TOPICS)]} process", "k": 10}
+            return await client.post("/v1/memories/search", json=query, headers=agent)
+
+        async def get_token(_: int) -> httpx.Response:
+            return await client.post("/oauth/token", data=form, auth=agent_auth)
+
+        await _timed(write, memories)  # fill the agent's space
+        _report("write (new key)", await _timed(lambda i: write(memories + i), requests))
+        _report(f"search k=10 over {memories + requests}", await _timed(search, requests))
+        _report("token (client credentials)", await _timed(get_token, min(requests, 50)))
+    await runtime.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--memories", type=int, default=2000)
+    parser.add_argument("--requests", type=int, default=300)
+    args = parser.parse_args()
+    if os.environ.get("DATABASE_URL"):
+        upgrade(os.environ["DATABASE_URL"])
+        asyncio.run(run(os.environ["DATABASE_URL"], args.memories, args.requests))
+        return
+    from service.db.embedded import EmbeddedPostgres
+
+    data_dir = Path(tempfile.mkdtemp(prefix="memgate-bench-"))
+    embedded = EmbeddedPostgres(data_dir, delete_on_stop=True)
+    admin_url = embedded.start()
+    try:
+        with psycopg.connect(admin_url, autocommit=True) as conn:
+            conn.execute("CREATE DATABASE bench")
+        url = with_database(admin_url, "bench")
+        upgrade(url)
+        asyncio.run(run(url, args.memories, args.requests))
+    finally:
+        embedded.stop()
+
+
+if __name__ == "__main__":
+    main()
