@@ -22,11 +22,9 @@ from pathlib import Path
 from typing import Any, cast
 
 import httpx
-import psycopg
 
+from bench.database import bench_database
 from service.app import create_app
-from service.db.migrate import upgrade
-from service.db.session import with_database
 from service.embeddings.wordllama import WordLlamaEmbedder
 from service.identity.service import create_tenant
 from service.runtime import build_runtime
@@ -116,23 +114,8 @@ def main() -> None:
     parser.add_argument("--memories", type=int, default=2000)
     parser.add_argument("--requests", type=int, default=300)
     args = parser.parse_args()
-    if os.environ.get("DATABASE_URL"):
-        upgrade(os.environ["DATABASE_URL"])
-        asyncio.run(run(os.environ["DATABASE_URL"], args.memories, args.requests))
-        return
-    from service.db.embedded import EmbeddedPostgres
-
-    data_dir = Path(tempfile.mkdtemp(prefix="memgate-bench-"))
-    embedded = EmbeddedPostgres(data_dir, delete_on_stop=True)
-    admin_url = embedded.start()
-    try:
-        with psycopg.connect(admin_url, autocommit=True) as conn:
-            conn.execute("CREATE DATABASE bench")
-        url = with_database(admin_url, "bench")
-        upgrade(url)
+    with bench_database() as url:
         asyncio.run(run(url, args.memories, args.requests))
-    finally:
-        embedded.stop()
 
 
 if __name__ == "__main__":

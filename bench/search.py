@@ -12,20 +12,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import statistics
-import tempfile
 import time
 import uuid
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import psycopg
 from sqlalchemy import text
 
-from service.db.migrate import upgrade
-from service.db.session import create_engine, create_sessionmaker, with_database
+from bench.database import bench_database
+from service.db.session import create_engine, create_sessionmaker
 from service.memory.repository import MemoryFilters, search
 from service.policy.visible import Action, Visible
 
@@ -158,25 +155,8 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=40)
     parser.add_argument("--k", type=int, default=10)
     args = parser.parse_args()
-    if os.environ.get("DATABASE_URL"):
-        url = os.environ["DATABASE_URL"]
-        upgrade(url)
+    with bench_database() as url:
         asyncio.run(run(url, args.rows, args.queries, args.k))
-        return
-    from service.db.embedded import EmbeddedPostgres
-
-    embedded = EmbeddedPostgres(
-        Path(tempfile.mkdtemp(prefix="memgate-bench-")), delete_on_stop=True
-    )
-    admin_url = embedded.start()
-    try:
-        with psycopg.connect(admin_url, autocommit=True) as conn:
-            conn.execute("CREATE DATABASE bench")
-        url = with_database(admin_url, "bench")
-        upgrade(url)
-        asyncio.run(run(url, args.rows, args.queries, args.k))
-    finally:
-        embedded.stop()
 
 
 if __name__ == "__main__":

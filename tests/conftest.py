@@ -7,7 +7,9 @@ import base64
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -57,13 +59,13 @@ def embedder() -> Embedder:
     return WordLlamaEmbedder()
 
 
-def make_settings(database_url: str, data_dir: Path, **auth: object) -> Settings:
+def make_settings(database_url: str, data_dir: Path, **auth: Any) -> Settings:
     return Settings(
         database=DatabaseSettings(url=database_url, data_dir=data_dir, pool_size=5),
         server=ServerSettings(public_url=PUBLIC_URL),
-        auth=AuthSettings(
-            key_encryption_key=base64.urlsafe_b64encode(os.urandom(32)).decode(),
-            **auth,  # type: ignore[arg-type]
+        auth=replace(
+            AuthSettings(key_encryption_key=base64.urlsafe_b64encode(os.urandom(32)).decode()),
+            **auth,
         ),
     )
 

@@ -10,7 +10,7 @@ import uuid
 from typing import Any
 
 from joserfc import jwt
-from joserfc.jwk import KeySet
+from joserfc.jwk import KeySet, KeySetSerialization
 from sqlalchemy import select
 
 from service.db.models import Client
@@ -277,5 +277,5 @@ async def test_authorization_server_metadata(
 async def _jwks(http: Any) -> KeySet:
     response = await http.get("/.well-known/jwks.json")
     assert response.status_code == 200
-    document: dict[str, Any] = json.loads(response.text)
-    return KeySet.import_key_set(document)  # type: ignore[arg-type]
+    document: KeySetSerialization = json.loads(response.text)
+    return KeySet.import_key_set(document)
