@@ -8,9 +8,10 @@ from litestar import Controller, Request, Response, get, post
 
 from service.auth.issuer import token_response
 from service.auth.keys import published_jwks
+from service.auth.problems import oauth_problem
 from service.auth.scopes import ALL_SCOPES
 from service.http.deps import Db, Rt
-from service.problems import PROBLEM_BASE_URI
+from service.http.errors import PROBLEM_JSON
 
 _NO_STORE = {"Cache-Control": "no-store", "Pragma": "no-cache"}
 
@@ -41,20 +42,12 @@ class OAuthController(Controller):
         response_headers = dict(_NO_STORE)
         response_headers.update({k: v for k, v in extra if k.lower() == "www-authenticate"})
         if status >= 400:
-            # RFC 6749 §5.2 members for OAuth clients, RFC 9457 members for everyone else.
-            error = str(body.get("error", "invalid_request"))
-            body = {
-                "type": f"{PROBLEM_BASE_URI}oauth-{error.replace('_', '-')}",
-                "title": "Token request refused",
-                "status": status,
-                "detail": body.get("error_description") or error,
-                **body,
-            }
+            problem = oauth_problem(str(body.get("error")), body.get("error_description"))
             return Response(
-                body,
+                problem.to_body(instance=request.url.path),
                 status_code=status,
                 headers=response_headers,
-                media_type="application/problem+json",
+                media_type=PROBLEM_JSON,
             )
         return Response(body, status_code=status, headers=response_headers)
 

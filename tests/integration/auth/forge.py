@@ -23,6 +23,7 @@ from joserfc import jwt
 from joserfc.jwk import ECKey, OctKey, RSAKey
 
 from service.auth.keys import SigningJwk, active_signing_key
+from service.problems import PROBLEM_TYPES
 from service.runtime import Runtime
 from tests.fixtures.api import Agent
 
@@ -175,6 +176,8 @@ def assert_oauth_error(response: httpx.Response, status: int, error: str, secret
     assert body["error"] == error
     assert body["status"] == status
     assert body["error_description"]
+    # A declared problem type, listed in openapi.yaml like every other.
+    assert PROBLEM_TYPES[body["type"].rsplit("/", 1)[-1]].status == status
     assert "access_token" not in body
     if secret:
         assert secret not in response.text

@@ -1,0 +1,52 @@
+"""Problems of the token endpoint. Each RFC 6749 §5.2 error code is a problem type of its own, so
+OAuth clients read `error` and everyone else reads the RFC 9457 members, from one body."""
+
+from __future__ import annotations
+
+from service.problems import Problem
+
+_TITLE = "Token request refused"
+
+
+class OAuthInvalidRequest(Problem, slug="oauth-invalid-request", status=400, title=_TITLE):
+    """The token request is malformed: not a form body, a repeated parameter, or two client
+    authentication methods at once."""
+
+
+class OAuthInvalidClient(Problem, slug="oauth-invalid-client", status=401, title=_TITLE):
+    """Client authentication failed. Unknown, disabled and live client ids answer alike."""
+
+
+class OAuthInvalidGrant(Problem, slug="oauth-invalid-grant", status=400, title=_TITLE):
+    """The grant is invalid, expired or revoked."""
+
+
+class OAuthUnauthorizedClient(Problem, slug="oauth-unauthorized-client", status=400, title=_TITLE):
+    """The client may not use this grant type."""
+
+
+class OAuthUnsupportedGrantType(
+    Problem, slug="oauth-unsupported-grant-type", status=400, title=_TITLE
+):
+    """Only `client_credentials` is supported."""
+
+
+class OAuthInvalidScope(Problem, slug="oauth-invalid-scope", status=400, title=_TITLE):
+    """None of the requested scopes may be granted to this client."""
+
+
+OAUTH_PROBLEMS: dict[str, type[Problem]] = {
+    "invalid_request": OAuthInvalidRequest,
+    "invalid_client": OAuthInvalidClient,
+    "invalid_grant": OAuthInvalidGrant,
+    "unauthorized_client": OAuthUnauthorizedClient,
+    "unsupported_grant_type": OAuthUnsupportedGrantType,
+    "invalid_scope": OAuthInvalidScope,
+}
+
+
+def oauth_problem(error: str, description: str | None) -> Problem:
+    """The problem for an RFC 6749 error answer, carrying its `error` members too."""
+    kind = OAUTH_PROBLEMS.get(error, OAuthInvalidRequest)
+    detail = description or error
+    return kind(detail, error=error, error_description=detail)
