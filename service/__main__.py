@@ -12,11 +12,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import psycopg
 
 from service.db.session import with_database
 from service.settings import Settings
+
+if TYPE_CHECKING:
+    from service.runtime import Runtime
 
 ADMIN_CLIENT_FILE = "admin-client.json"
 ADMIN_SECRET_FILE = "admin-client.secret"  # noqa: S105 (a file name, not a secret)
@@ -62,12 +66,10 @@ class AdminClient:
     secret_file: Path
 
 
-async def _bootstrap(settings: Settings, runtime: object) -> AdminClient | None:
+async def _bootstrap(settings: Settings, runtime: Runtime) -> AdminClient | None:
     """On first start: a default tenant with an admin client; its secret goes to a 0600 file."""
     from service.identity.service import any_tenant, create_tenant
-    from service.runtime import Runtime
 
-    assert isinstance(runtime, Runtime)
     data_dir = settings.database.data_dir
     async with runtime.sessionmaker.begin() as session:
         if not await any_tenant(session):
