@@ -48,5 +48,6 @@ OAUTH_PROBLEMS: dict[str, type[Problem]] = {
 def oauth_problem(error: str, description: str | None) -> Problem:
     """The problem for an RFC 6749 error answer, carrying its `error` members too."""
     kind = OAUTH_PROBLEMS.get(error, OAuthInvalidRequest)
-    detail = description or error
+    # authlib leaves some descriptions empty; the type's own sentence says what to do instead.
+    detail = description or " ".join((kind.__doc__ or error).split())
     return kind(detail, error=error, error_description=detail)

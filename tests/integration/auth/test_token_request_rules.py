@@ -112,3 +112,9 @@ async def test_whitespace_variants_of_basic_are_parsed_like_authlib(api: Api) ->
         },
     )
     assert alone.status_code == 200, alone.text
+
+
+async def test_an_unsupported_grant_type_says_which_one_is(api: Api) -> None:
+    response = await api.http.post("/oauth/token", data={"grant_type": "password"})
+    assert_oauth_error(response, 400, "unsupported_grant_type")
+    assert "client_credentials" in response.json()["detail"]
