@@ -15,12 +15,28 @@ config = context.config
 target_metadata = Base.metadata
 
 
+def include_object(
+    obj: object, name: str | None, type_: str, reflected: bool, compare_to: object
+) -> bool:
+    """Monthly audit partitions are made at run time by `audit_ensure_partition()`, not by models."""
+    return not (
+        type_ == "table"
+        and reflected
+        and compare_to is None
+        and str(name).startswith("audit_events_")
+    )
+
+
 def run_migrations_online() -> None:
     # `memgate migrate` sets the URL; a bare `alembic` command reads DATABASE_URL.
     url = config.get_main_option("sqlalchemy.url") or async_url(os.environ["DATABASE_URL"])
     engine = create_engine(url, poolclass=pool.NullPool)
     with engine.connect() as connection:
-        context.configure(connection=connection, target_metadata=target_metadata)
+        context.configure(
+            connection=connection,
+            target_metadata=target_metadata,
+            include_object=include_object,
+        )
         with context.begin_transaction():
             context.run_migrations()
     engine.dispose()

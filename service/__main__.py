@@ -1,4 +1,4 @@
-"""The `memgate` command: serve | migrate | revision | keys rotate | token | openapi."""
+"""The `memgate` command: serve | migrate | revision | keys rotate | token | audit | openapi."""
 
 from __future__ import annotations
 
@@ -139,9 +139,11 @@ async def _serve(settings: Settings, url: str, started: float) -> None:
 def cmd_serve(settings: Settings) -> int:
     from service.db.migrate import upgrade
     from service.observability.logging import configure_logging
+    from service.observability.telemetry import configure_telemetry
 
     started = time.perf_counter()
     configure_logging(json_logs=settings.server.json_logs)
+    configure_telemetry(settings.observability)
     with database_url(settings) as url:
         upgrade(url)
         with suppress(KeyboardInterrupt):
@@ -173,7 +175,7 @@ def cmd_rotate_keys(settings: Settings) -> int:
     from service.runtime import rotate_signing_keys
 
     async def rotate(url: str) -> str:
-        engine = create_engine(url, pool_size=1)
+        engine = create_engine(url, pool_size=1, role=settings.database.app_role)
         kek = KeyEncryptionKey.from_setting_or_file(
             settings.auth.key_encryption_key, settings.database.data_dir
         )
@@ -185,6 +187,28 @@ def cmd_rotate_keys(settings: Settings) -> int:
     with database_url(settings) as url:
         kid = asyncio.run(rotate(url))
     print(f"active signing key is now {kid}")
+    return 0
+
+
+def cmd_audit_checkpoint(settings: Settings) -> int:
+    """For a CronJob (with MEMGATE_AUDIT_CHECKPOINT_SECONDS=0 on the API pods)."""
+    from service.audit.checkpoints import run_checkpoints
+    from service.auth.keys import KeyEncryptionKey
+    from service.db.session import create_engine, create_sessionmaker
+
+    async def sign(url: str) -> int:
+        engine = create_engine(url, pool_size=1, role=settings.database.app_role)
+        kek = KeyEncryptionKey.from_setting_or_file(
+            settings.auth.key_encryption_key, settings.database.data_dir
+        )
+        try:
+            return await run_checkpoints(create_sessionmaker(engine), kek)
+        finally:
+            await engine.dispose()
+
+    with database_url(settings) as url:
+        made = asyncio.run(sign(url))
+    print(f"signed {made} audit checkpoint(s)")
     return 0
 
 
@@ -229,6 +253,17 @@ def main(argv: list[str] | None = None) -> int:
     keys.add_argument("action", choices=["rotate"])
     token = commands.add_parser("token", help="print an access token for the bootstrap admin")
     token.add_argument("--scope", default=None)
+    audit = commands.add_parser("audit", help="the audit log")
+    audit_commands = audit.add_subparsers(dest="audit_command", required=True)
+    verify = audit_commands.add_parser(
+        "verify", help="check an export of GET /v1/audit/export (no database needed)"
+    )
+    verify.add_argument("export", help="NDJSON file from GET /v1/audit/export")
+    verify.add_argument("--checkpoint", help="JSON from GET /v1/audit/checkpoints/latest")
+    verify.add_argument("--keys", help="JWKS from GET /v1/audit/keys")
+    audit_commands.add_parser(
+        "checkpoint", help="sign a checkpoint for every tenant whose audit chain grew"
+    )
     openapi = commands.add_parser("openapi", help="write the OpenAPI document")
     openapi.add_argument("--output", type=Path, default=Path("openapi.yaml"))
     args = parser.parse_args(argv)
@@ -242,6 +277,12 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_revision(settings, args.message)
     if args.command == "keys":
         return cmd_rotate_keys(settings)
+    if args.command == "audit" and args.audit_command == "verify":
+        from service.audit.independent import run
+
+        return run(args.export, args.checkpoint, args.keys)
+    if args.command == "audit":
+        return cmd_audit_checkpoint(settings)
     if args.command == "token":
         return cmd_token(settings, args.scope)
     return cmd_openapi(args.output)

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager, suppress
+
 from litestar import Litestar
 from litestar.datastructures import State
 from litestar.di import Provide
@@ -10,6 +14,9 @@ from litestar.openapi import OpenAPIConfig
 from litestar.openapi.plugins import JsonRenderPlugin, YamlRenderPlugin
 from litestar.openapi.spec import Components, SecurityScheme
 
+from service.audit.checkpoints import checkpoint_periodically
+from service.audit.controller import AuditController
+from service.audit.recorder import audit_recorder, check_every_route_is_audited
 from service.auth.controller import OAuthController
 from service.auth.middleware import BearerAuthentication
 from service.http.body import strict_json_body
@@ -19,6 +26,8 @@ from service.http.health import HealthController
 from service.identity.controller import ClientController, PrincipalController
 from service.memory.controller import MemoryController
 from service.observability.logging import request_context_middleware
+from service.observability.metrics import MetricsController
+from service.observability.telemetry import otel_asgi
 from service.runtime import Runtime
 from service.settings import ServerSettings
 
@@ -45,6 +54,25 @@ def openapi_config() -> OpenAPIConfig:
     )
 
 
+@asynccontextmanager
+async def _background(app: Litestar) -> AsyncIterator[None]:
+    """Signs audit checkpoints while the app runs (off when the interval is 0)."""
+    runtime: Runtime | None = app.state.runtime
+    every = runtime.settings.audit.checkpoint_seconds if runtime else 0
+    if runtime is None or every <= 0:
+        yield
+        return
+    task = asyncio.create_task(
+        checkpoint_periodically(runtime.sessionmaker, runtime.kek, every_seconds=every)
+    )
+    try:
+        yield
+    finally:
+        task.cancel()
+        with suppress(asyncio.CancelledError):
+            await task
+
+
 def create_app(runtime: Runtime | None = None) -> Litestar:
     """The app; `runtime=None` builds it only to render the OpenAPI document."""
     auth = DefineMiddleware(
@@ -55,10 +83,12 @@ def create_app(runtime: Runtime | None = None) -> Litestar:
     app = Litestar(
         route_handlers=[
             HealthController,
+            MetricsController,
             OAuthController,
             MemoryController,
             PrincipalController,
             ClientController,
+            AuditController,
         ],
         dependencies={
             "db": Provide(provide_db),
@@ -72,9 +102,19 @@ def create_app(runtime: Runtime | None = None) -> Litestar:
             runtime.settings.server.max_body_bytes if runtime else ServerSettings.max_body_bytes
         ),
         state=State({"runtime": runtime}),
+        lifespan=[_background],
         debug=False,
     )
     # Outside Litestar's own exception handling, so the access line and X-Request-Id cover every
     # answer: 401s from authentication and 404/405s for unknown routes included.
-    app.asgi_handler = request_context_middleware(app.asgi_handler)
+    handler = app.asgi_handler
+    if runtime is not None:
+        check_every_route_is_audited(app)
+        # Inside the access log (which reports the status the caller really got: a 503 when the
+        # audit row could not be written).
+        handler = audit_recorder(handler, runtime)
+    app.asgi_handler = request_context_middleware(handler)
+    # The OpenTelemetry server span outermost, so the access line is written inside it and
+    # carries its trace id.
+    app.asgi_handler = otel_asgi(app.asgi_handler)
     return app

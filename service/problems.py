@@ -63,6 +63,10 @@ class MalformedRequest(Problem, slug="malformed-request", status=400, title="Mal
     """The body is not parseable JSON or not the declared media type."""
 
 
+class BadCursor(Problem, slug="bad-cursor", status=400, title="Bad cursor"):
+    """The pagination cursor was not produced by this API (or was altered)."""
+
+
 class MalformedId(Problem, slug="malformed-id", status=400, title="Malformed id"):
     """An id in the path is not a UUID."""
 

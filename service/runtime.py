@@ -10,12 +10,14 @@ from datetime import timedelta
 
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
+from service.audit.pseudonyms import Pseudonyms
 from service.auth.issuer import IssuerConfig
 from service.auth.keys import KeyEncryptionKey, ensure_keys, published_jwks, rotate
 from service.auth.tokens import CachedKeySet, TokenVerifier, TrustedIssuer, http_jwks_fetcher
 from service.db.models import EMBEDDING_DIMENSIONS
 from service.db.session import create_engine, create_sessionmaker
-from service.embeddings import Embedder, EmbeddingFailed, EmbeddingInvalid
+from service.embeddings import Embedder, EmbeddingFailed, EmbeddingInvalid, traced_embedder
+from service.observability.telemetry import instrument_engine
 from service.settings import Settings
 
 EMBEDDED_KEYS_TTL_SECONDS = 60.0
@@ -33,6 +35,7 @@ class Runtime:
     kek: KeyEncryptionKey
     issuer: IssuerConfig
     embedded_keys: CachedKeySet
+    pseudonyms: Pseudonyms
 
     async def close(self) -> None:
         await self.engine.dispose()
@@ -74,7 +77,10 @@ async def check_embedder(embedder: Embedder) -> None:
 
 async def build_runtime(settings: Settings, database_url: str, embedder: Embedder) -> Runtime:
     await check_embedder(embedder)
-    engine = create_engine(database_url, pool_size=settings.database.pool_size)
+    engine = create_engine(
+        database_url, pool_size=settings.database.pool_size, role=settings.database.app_role
+    )
+    instrument_engine(engine)
     sessionmaker = create_sessionmaker(engine)
     kek = KeyEncryptionKey.from_setting_or_file(
         settings.auth.key_encryption_key, settings.database.data_dir
@@ -132,9 +138,10 @@ async def build_runtime(settings: Settings, database_url: str, embedder: Embedde
         settings=settings,
         engine=engine,
         sessionmaker=sessionmaker,
-        embedder=embedder,
+        embedder=traced_embedder(embedder),
         verifier=verifier,
         kek=kek,
         issuer=issuer_config,
         embedded_keys=embedded_keys,
+        pseudonyms=Pseudonyms(sessionmaker, kek),
     )

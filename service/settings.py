@@ -38,11 +38,15 @@ class DatabaseSettings:
     url: `DATABASE_URL`; empty means start the embedded PostgreSQL under `data_dir`.
     data_dir: `MEMGATE_DATA_DIR`; persistent home of the embedded cluster and the bootstrap secret.
     pool_size: `MEMGATE_DB_POOL_SIZE`; connections per process.
+    app_role: `MEMGATE_DB_APP_ROLE`; every app connection runs `SET ROLE` to it. The migrations
+        create it without owning anything and without UPDATE/DELETE on the audit tables. In
+        production log in as a role that is only a member of it (docs/operations.md).
     """
 
     url: str = ""
     data_dir: Path = field(default_factory=lambda: Path(platformdirs.user_data_dir("memgate")))
     pool_size: int = 10
+    app_role: str = "memgate_app"
 
     @classmethod
     def from_env(cls) -> DatabaseSettings:
@@ -50,6 +54,7 @@ class DatabaseSettings:
             url=_env("DATABASE_URL", ""),
             data_dir=Path(_env("MEMGATE_DATA_DIR", platformdirs.user_data_dir("memgate"))),
             pool_size=_env_int("MEMGATE_DB_POOL_SIZE", 10),
+            app_role=_env("MEMGATE_DB_APP_ROLE", "memgate_app"),
         )
 
 
@@ -217,12 +222,51 @@ class MemorySettings:
 
 
 @dataclass(frozen=True)
+class ObservabilitySettings:
+    """Traces and metrics (OpenTelemetry). Prometheus text is served at `/metrics` always.
+
+    otlp_endpoint: `OTEL_EXPORTER_OTLP_ENDPOINT` (the standard variable); when set, traces and
+        metrics are also pushed there by OTLP over HTTP (`/v1/traces`, `/v1/metrics` appended).
+        Empty: no exporter; spans are dropped and metrics are only scraped.
+    service_name: `OTEL_SERVICE_NAME`; the `service.name` resource attribute.
+    """
+
+    otlp_endpoint: str = ""
+    service_name: str = "memgate"
+
+    @classmethod
+    def from_env(cls) -> ObservabilitySettings:
+        return cls(
+            otlp_endpoint=_env("OTEL_EXPORTER_OTLP_ENDPOINT", "").rstrip("/"),
+            service_name=_env("OTEL_SERVICE_NAME", "memgate") or "memgate",
+        )
+
+
+@dataclass(frozen=True)
+class AuditSettings:
+    """The audit log.
+
+    checkpoint_seconds: `MEMGATE_AUDIT_CHECKPOINT_SECONDS`; how often the service signs a
+        checkpoint for every tenant whose chain grew (0 turns the in-process signer off, e.g. when
+        a CronJob runs `memgate audit checkpoint`).
+    """
+
+    checkpoint_seconds: int = 300
+
+    @classmethod
+    def from_env(cls) -> AuditSettings:
+        return cls(checkpoint_seconds=_env_int("MEMGATE_AUDIT_CHECKPOINT_SECONDS", 300))
+
+
+@dataclass(frozen=True)
 class Settings:
     database: DatabaseSettings = field(default_factory=DatabaseSettings)
     server: ServerSettings = field(default_factory=ServerSettings)
     auth: AuthSettings = field(default_factory=AuthSettings)
     embedding: EmbeddingSettings = field(default_factory=EmbeddingSettings)
     memory: MemorySettings = field(default_factory=MemorySettings)
+    observability: ObservabilitySettings = field(default_factory=ObservabilitySettings)
+    audit: AuditSettings = field(default_factory=AuditSettings)
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -232,4 +276,6 @@ class Settings:
             auth=AuthSettings.from_env(),
             embedding=EmbeddingSettings.from_env(),
             memory=MemorySettings.from_env(),
+            observability=ObservabilitySettings.from_env(),
+            audit=AuditSettings.from_env(),
         )

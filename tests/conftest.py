@@ -14,13 +14,24 @@ from typing import Any
 import psycopg
 import pytest
 from litestar.testing import AsyncTestClient
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from service.app import create_app
 from service.db.migrate import upgrade
+from service.db.session import create_engine
 from service.embeddings import Embedder
 from service.embeddings.wordllama import WordLlamaEmbedder
+from service.observability.telemetry import configure_telemetry
 from service.runtime import Runtime, build_runtime
-from service.settings import AuthSettings, DatabaseSettings, ServerSettings, Settings
+from service.settings import (
+    AuthSettings,
+    DatabaseSettings,
+    ObservabilitySettings,
+    ServerSettings,
+    Settings,
+)
 from tests.fixtures.api import Api, TestClient
 from tests.fixtures.postgres import postgres_server, with_database
 
@@ -55,6 +66,20 @@ def database_url(pg_server: str, template_db: str) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
+def span_exporter() -> InMemorySpanExporter:
+    """Every span finished from now on, in memory; also turns on the Prometheus registry.
+
+    OpenTelemetry's providers are process-wide and set once, so this fixture is the only place
+    tests configure them (the assert fails if anything configured them first). Tests that read
+    spans clear() the exporter before acting."""
+    exporter = InMemorySpanExporter()
+    assert configure_telemetry(
+        ObservabilitySettings(), span_processors=[SimpleSpanProcessor(exporter)]
+    ), "telemetry was configured before the span_exporter fixture"
+    return exporter
+
+
+@pytest.fixture(scope="session")
 def embedder() -> Embedder:
     return WordLlamaEmbedder()
 
@@ -80,6 +105,15 @@ async def runtime(settings: Settings, embedder: Embedder) -> AsyncIterator[Runti
     built = await build_runtime(settings, settings.database.url, embedder)
     yield built
     await built.close()
+
+
+@pytest.fixture
+async def owner_engine(settings: Settings) -> AsyncIterator[AsyncEngine]:
+    """The database as its owner (a superuser here), for what the app role may not do: moving
+    the migration head, tampering with the audit log."""
+    engine = create_engine(settings.database.url, pool_size=1)
+    yield engine
+    await engine.dispose()
 
 
 @pytest.fixture

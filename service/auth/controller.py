@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from litestar import Controller, Request, Response, get, post
 
-from service.auth.issuer import token_response
+from service.audit.trail import IssuedIdentity, trail_of
+from service.auth.issuer import issued_claims, presented_client_id, token_response
 from service.auth.keys import published_jwks
 from service.auth.problems import oauth_problem
 from service.auth.scopes import ALL_SCOPES
@@ -16,11 +18,22 @@ from service.http.errors import PROBLEM_JSON
 _NO_STORE = {"Cache-Control": "no-store", "Pragma": "no-cache"}
 
 
+def _issued_identity(claims: dict[str, Any]) -> IssuedIdentity:
+    return IssuedIdentity(
+        tenant_id=uuid.UUID(claims["tenant"]),
+        subject=str(claims["sub"]),
+        principal_id=uuid.UUID(claims["sub"]),
+        client_id=str(claims["client_id"]),
+        token_id=str(claims["jti"]),
+        scopes=tuple(str(claims["scope"]).split()),
+    )
+
+
 class OAuthController(Controller):
     tags = ["oauth"]
     opt = {"exclude_from_auth": True}
 
-    @post("/oauth/token", status_code=200)
+    @post("/oauth/token", status_code=200, opt={"action": "auth.token"})
     async def token(
         self, request: Request[Any, Any, Any], db: Db, runtime: Rt
     ) -> Response[dict[str, Any]]:
@@ -41,22 +54,28 @@ class OAuthController(Controller):
         )
         response_headers = dict(_NO_STORE)
         response_headers.update({k: v for k, v in extra if k.lower() == "www-authenticate"})
+        trail = trail_of(request)
         if status >= 400:
             problem = oauth_problem(str(body.get("error")), body.get("error_description"))
+            trail.reason = problem.slug
+            trail.client_presented(
+                presented_client_id(items, request.headers.get("authorization", ""))
+            )
             return Response(
                 problem.to_body(instance=request.url.path),
                 status_code=status,
                 headers=response_headers,
                 media_type=PROBLEM_JSON,
             )
+        trail.issued = _issued_identity(issued_claims(str(body["access_token"])))
         return Response(body, status_code=status, headers=response_headers)
 
-    @get("/.well-known/jwks.json")
+    @get("/.well-known/jwks.json", opt={"action": "auth.jwks"})
     async def jwks(self, db: Db) -> Response[dict[str, Any]]:
         """Public signing keys of the embedded issuer (next, active and still-valid retired)."""
         return Response(await published_jwks(db), headers={"Cache-Control": "max-age=300"})
 
-    @get("/.well-known/oauth-authorization-server")
+    @get("/.well-known/oauth-authorization-server", opt={"action": "auth.metadata"})
     async def metadata(self, runtime: Rt) -> dict[str, Any]:
         """RFC 8414 authorization server metadata."""
         issuer = runtime.issuer.issuer

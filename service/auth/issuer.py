@@ -8,6 +8,7 @@ verification then does not block the event loop either.
 from __future__ import annotations
 
 import base64
+import json
 import time
 import uuid
 from dataclasses import dataclass
@@ -299,3 +300,20 @@ async def token_response(
         server.create_token_response, request, limiter=_GRANTS_AT_ONCE
     )
     return result
+
+
+def presented_client_id(items: list[tuple[str, str]], authorization: str) -> str | None:
+    """The client id a token request names (form or Basic), unverified: for its audit row."""
+    parts = authorization.split(None, 1)
+    if len(parts) == 2 and parts[0].lower() == "basic":
+        return _basic_credentials(parts[1].strip())
+    return next((value for name, value in items if name == "client_id"), None)
+
+
+def issued_claims(access_token: str) -> dict[str, Any]:
+    """The claims of a token this issuer has just signed (no verification needed)."""
+    payload = access_token.split(".")[1]
+    claims: dict[str, Any] = json.loads(
+        base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4))
+    )
+    return claims

@@ -10,6 +10,7 @@ from litestar.middleware import AbstractAuthenticationMiddleware, Authentication
 from service.auth.guards import AnyConnection
 from service.auth.resolver import resolve_principal
 from service.auth.tokens import TokenRejected
+from service.observability.telemetry import span
 from service.problems import NotAuthenticated
 
 if TYPE_CHECKING:
@@ -27,14 +28,15 @@ class BearerAuthentication(AbstractAuthenticationMiddleware):
                 error="missing_token",
             )
         runtime = cast("Runtime", connection.app.state.runtime)
-        try:
-            verified = await runtime.verifier.verify(token.strip())
-            async with runtime.sessionmaker() as session:
-                principal = await resolve_principal(session, verified)
-        except TokenRejected as exc:
-            raise NotAuthenticated(
-                f"The access token was rejected ({exc}). Get a new token from /oauth/token.",
-            ) from None
+        with span("auth.authenticate"):
+            try:
+                verified = await runtime.verifier.verify(token.strip())
+                async with runtime.sessionmaker() as session:
+                    principal = await resolve_principal(session, verified)
+            except TokenRejected as exc:
+                raise NotAuthenticated(
+                    f"The access token was rejected ({exc}). Get a new token from /oauth/token.",
+                ) from None
         structlog.contextvars.bind_contextvars(
             tenant=str(principal.tenant_id),
             principal=str(principal.principal_id),

@@ -143,6 +143,9 @@ class TokenVerifier:
         self._leeway = leeway
         self._max_ttl = max_ttl
 
+    def trusts(self, issuer: str) -> bool:
+        return issuer in self._issuers
+
     async def verify(self, token: str) -> VerifiedToken:
         if len(token) > MAX_TOKEN_BYTES:
             raise TokenRejected("token too large")
@@ -222,3 +225,15 @@ def _to_verified(issuer: TrustedIssuer, claims: dict[str, Any]) -> VerifiedToken
         act=act if isinstance(act, dict) else None,
         claims=claims,
     )
+
+
+def presented_issuer(token: str) -> str | None:
+    """The unverified `iss` of a token, for the audit row of a call whose token was refused."""
+    if len(token) > MAX_TOKEN_BYTES:
+        return None
+    try:
+        _, claims = _peek(token)
+    except TokenRejected:
+        return None
+    iss = claims.get("iss")
+    return iss if isinstance(iss, str) else None

@@ -240,3 +240,122 @@ __all__ = [
     "Space",
     "Tenant",
 ]
+
+
+class RoleAssignment(Base):
+    """Tenant roles outside the data plane. `auditor` lets a principal read and verify the audit
+    log (together with the `read:audit` scope)."""
+
+    __tablename__ = "role_assignments"
+    __table_args__ = (
+        PrimaryKeyConstraint("tenant_id", "principal_id", "role"),
+        ForeignKeyConstraint(
+            ["tenant_id", "principal_id"],
+            ["principals.tenant_id", "principals.id"],
+            ondelete="CASCADE",
+        ),
+        CheckConstraint("role IN ('auditor')", name="role"),
+    )
+
+    tenant_id: Mapped[uuid.UUID] = mapped_column(UUID)
+    principal_id: Mapped[uuid.UUID] = mapped_column(UUID)
+    role: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = _now()
+
+
+class AuditEvent(Base):
+    """One row per call, appended only through the `audit_append()` function (see the migration
+    `audit_log`): it takes the tenant's lock, numbers the row and chains its hash. Monthly range
+    partitions on `at`; the append function guarantees `(tenant_id, seq)` is unique."""
+
+    __tablename__ = "audit_events"
+    __table_args__ = (
+        PrimaryKeyConstraint("tenant_id", "seq", "at"),
+        {"postgresql_partition_by": "RANGE (at)"},
+    )
+
+    tenant_id: Mapped[uuid.UUID] = mapped_column(UUID)
+    seq: Mapped[int] = mapped_column(BigInteger)
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    request_id: Mapped[str] = mapped_column(Text, nullable=False)
+    trace_id: Mapped[str | None] = mapped_column(Text)
+    actor: Mapped[str | None] = mapped_column(Text)
+    client_id: Mapped[str | None] = mapped_column(Text)
+    delegation: Mapped[list[str]] = mapped_column(ARRAY(Text), nullable=False)
+    token_id: Mapped[str | None] = mapped_column(Text)
+    issuer: Mapped[str | None] = mapped_column(Text)
+    scopes: Mapped[list[str]] = mapped_column(ARRAY(Text), nullable=False)
+    method: Mapped[str] = mapped_column(Text, nullable=False)
+    route: Mapped[str] = mapped_column(Text, nullable=False)
+    action: Mapped[str] = mapped_column(Text, nullable=False)
+    target_ids: Mapped[list[uuid.UUID]] = mapped_column(ARRAY(UUID), nullable=False)
+    result_count: Mapped[int | None] = mapped_column(Integer)
+    decision: Mapped[str] = mapped_column(Text, nullable=False)
+    reason: Mapped[str] = mapped_column(Text, nullable=False)
+    status: Mapped[int] = mapped_column(Integer, nullable=False)
+    latency_us: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    policy_version: Mapped[int | None] = mapped_column(BigInteger)
+    prev_hash: Mapped[bytes] = mapped_column(LargeBinary, nullable=False)
+    row_hash: Mapped[bytes] = mapped_column(LargeBinary, nullable=False)
+
+
+class AuditHead(Base):
+    """The last appended row of each tenant's chain (written only by `audit_append()`)."""
+
+    __tablename__ = "audit_heads"
+
+    tenant_id: Mapped[uuid.UUID] = mapped_column(UUID, primary_key=True)
+    seq: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    row_hash: Mapped[bytes] = mapped_column(LargeBinary, nullable=False)
+
+
+class AuditCheckpoint(Base):
+    """A signed statement "tenant T's chain had hash H at seq N at time t" (a compact JWS made
+    with an audit signing key). Append-only like the events."""
+
+    __tablename__ = "audit_checkpoints"
+    __table_args__ = (PrimaryKeyConstraint("tenant_id", "seq"),)
+
+    tenant_id: Mapped[uuid.UUID] = mapped_column(UUID)
+    seq: Mapped[int] = mapped_column(BigInteger)
+    row_hash: Mapped[bytes] = mapped_column(LargeBinary, nullable=False)
+    signed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    kid: Mapped[str] = mapped_column(Text, nullable=False)
+    jws: Mapped[str] = mapped_column(Text, nullable=False)
+
+
+class AuditSigningKey(Base):
+    """Platform keys that sign audit checkpoints; never used for tokens. Private half sealed with
+    the key-encryption key like the token keys."""
+
+    __tablename__ = "audit_signing_keys"
+
+    kid: Mapped[str] = mapped_column(Text, primary_key=True)
+    public_jwk: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False)
+    private_key_encrypted: Mapped[bytes] = mapped_column(LargeBinary, nullable=False)
+    created_at: Mapped[datetime] = _now()
+    retired_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class AuditPseudonymKey(Base):
+    """Per-tenant HMAC key that turns subjects into audit pseudonyms (sealed with the KEK)."""
+
+    __tablename__ = "audit_pseudonym_keys"
+
+    tenant_id: Mapped[uuid.UUID] = mapped_column(UUID, primary_key=True)
+    key_encrypted: Mapped[bytes] = mapped_column(LargeBinary, nullable=False)
+    created_at: Mapped[datetime] = _now()
+
+
+class AuditActor(Base):
+    """Pseudonym → subject: an ordinary table, so erasing a subject deletes its row here and the
+    audit log keeps only a pseudonym nobody can resolve any more."""
+
+    __tablename__ = "audit_actors"
+    __table_args__ = (PrimaryKeyConstraint("tenant_id", "pseudonym"),)
+
+    tenant_id: Mapped[uuid.UUID] = mapped_column(UUID)
+    pseudonym: Mapped[str] = mapped_column(Text)
+    subject: Mapped[str] = mapped_column(Text, nullable=False)
+    principal_id: Mapped[uuid.UUID | None] = mapped_column(UUID)
+    first_seen_at: Mapped[datetime] = _now()

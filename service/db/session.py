@@ -3,6 +3,9 @@ commit."""
 
 from __future__ import annotations
 
+from typing import Any
+
+from sqlalchemy import event
 from sqlalchemy.ext.asyncio import (
     AsyncEngine,
     AsyncSession,
@@ -19,16 +22,36 @@ def async_url(url: str) -> str:
     raise ValueError("DATABASE_URL must be a postgresql:// URL")
 
 
-def create_engine(url: str, *, pool_size: int = 10) -> AsyncEngine:
+def create_engine(url: str, *, pool_size: int = 10, role: str | None = None) -> AsyncEngine:
+    """The app's engine. With `role`, every new connection switches to that role first, so the
+    app works with the non-owner role's privileges whoever it logs in as."""
     # prepare_threshold=None keeps every statement on a custom plan: a generic plan silently drops
     # partial indexes and made filtered search 100x slower in perf.md §3.2.
-    return create_async_engine(
+    engine = create_async_engine(
         async_url(url),
         pool_size=pool_size,
         max_overflow=pool_size,
         pool_pre_ping=True,
         connect_args={"prepare_threshold": None},
     )
+    if role:
+        _switch_role_on_connect(engine, role)
+    return engine
+
+
+def _switch_role_on_connect(engine: AsyncEngine, role: str) -> None:
+    if not role.replace("_", "").isalnum():
+        raise ValueError(f"MEMGATE_DB_APP_ROLE must be a plain identifier, not {role!r}")
+
+    @event.listens_for(engine.sync_engine, "connect")
+    def set_role(dbapi_connection: Any, _record: Any) -> None:
+        # Outside a transaction: a SET inside one would be undone by the pool's first rollback.
+        autocommit = dbapi_connection.autocommit
+        dbapi_connection.autocommit = True
+        cursor = dbapi_connection.cursor()
+        cursor.execute(f'SET ROLE "{role}"')
+        cursor.close()
+        dbapi_connection.autocommit = autocommit
 
 
 def create_sessionmaker(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:

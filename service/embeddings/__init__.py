@@ -2,5 +2,14 @@
 
 from service.embeddings.base import Embedder, EmbeddingFailed, EmbeddingInvalid, check_vectors
 from service.embeddings.factory import create_embedder
+from service.embeddings.traced import TracedEmbedder, traced_embedder
 
-__all__ = ["Embedder", "EmbeddingFailed", "EmbeddingInvalid", "check_vectors", "create_embedder"]
+__all__ = [
+    "Embedder",
+    "EmbeddingFailed",
+    "EmbeddingInvalid",
+    "TracedEmbedder",
+    "check_vectors",
+    "create_embedder",
+    "traced_embedder",
+]

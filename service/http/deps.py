@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
-from typing import cast
+from typing import Any, cast
 
+from litestar import Request
 from litestar.datastructures import State
 from litestar.di import NamedDependency
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from service.audit.trail import trail_of_scope
 from service.runtime import Runtime
 
 
@@ -16,12 +17,11 @@ def provide_runtime(state: State) -> Runtime:
     return cast(Runtime, state.runtime)
 
 
-async def provide_db(state: State) -> AsyncGenerator[AsyncSession, None]:
-    """The request owns the transaction: committed when the handler returns, rolled back when it
-    raises (Litestar throws handler exceptions into this generator)."""
-    runtime = cast(Runtime, state.runtime)
-    async with runtime.sessionmaker() as session, session.begin():
-        yield session
+async def provide_db(request: Request[Any, Any, Any]) -> AsyncSession:
+    """The request owns one transaction. The audit recorder ends it when the response starts:
+    committed together with the call's audit row when the call succeeded, rolled back otherwise
+    (service/audit/recorder.py)."""
+    return await trail_of_scope(request.scope).request_session()
 
 
 Db = NamedDependency[AsyncSession]

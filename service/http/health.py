@@ -13,12 +13,12 @@ class HealthController(Controller):
     tags = ["operations"]
     opt = {"exclude_from_auth": True}
 
-    @get("/healthz")
+    @get("/healthz", opt={"audit_exempt": True})
     async def healthz(self) -> dict[str, str]:
         """The process is up."""
         return {"status": "ok"}
 
-    @get("/readyz")
+    @get("/readyz", opt={"audit_exempt": True})
     async def readyz(self, runtime: Rt) -> Response[dict[str, str]]:
         """The database answers and its schema is at the migrations' head."""
         try:

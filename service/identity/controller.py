@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from litestar import Controller, Request, get, post
+from litestar import Controller, Request, delete, get, post, put
 from litestar.datastructures import ResponseHeader, State
 from litestar.params import FromPath, JSONBody
-from litestar.status_codes import HTTP_201_CREATED
+from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
 
+from service.audit.trail import trail_of
 from service.auth.guards import requires
 from service.auth.principal import Principal
 from service.auth.scopes import Scope
@@ -21,6 +22,8 @@ from service.identity.schemas import (
     PrincipalCreate,
     PrincipalList,
     PrincipalOut,
+    Role,
+    RoleGrant,
 )
 from service.identity.service import IdentityService
 
@@ -36,24 +39,53 @@ class PrincipalController(Controller):
     path = "/v1/principals"
     tags = ["admin"]
 
-    @post("/", status_code=HTTP_201_CREATED, guards=_ADMIN)
+    @post("/", status_code=HTTP_201_CREATED, guards=_ADMIN, opt={"action": "principal.create"})
     async def create_principal(
         self, request: AuthedRequest, data: JSONBody[PrincipalCreate], db: Db
     ) -> PrincipalOut:
         """Create a user, agent or service principal in your tenant, with its personal space."""
-        return await _service(request, db).create_principal(data)
+        created = await _service(request, db).create_principal(data)
+        trail_of(request).add_targets([created.id])
+        return created
 
-    @get("/", guards=_ADMIN)
+    @get("/", guards=_ADMIN, opt={"action": "principal.list"})
     async def list_principals(self, request: AuthedRequest, db: Db) -> PrincipalList:
         """List the principals of your tenant (first 500, oldest first)."""
-        return PrincipalList(items=await _service(request, db).list_principals())
+        items = await _service(request, db).list_principals()
+        trail_of(request).count(len(items))
+        return PrincipalList(items=items)
 
-    @get("/{principal_id:str}", guards=_ADMIN)
+    @get("/{principal_id:str}", guards=_ADMIN, opt={"action": "principal.get"})
     async def get_principal(
         self, request: AuthedRequest, principal_id: FromPath[str], db: Db
     ) -> PrincipalOut:
         """Get one principal of your tenant."""
         return await _service(request, db).get_principal(parse_id(principal_id))
+
+    @put(
+        "/{principal_id:str}/roles/{role:str}",
+        status_code=200,
+        guards=_ADMIN,
+        opt={"action": "principal.role.grant"},
+    )
+    async def grant_role(
+        self, request: AuthedRequest, principal_id: FromPath[str], role: FromPath[Role], db: Db
+    ) -> RoleGrant:
+        """Grant a tenant role. `auditor` may read, export and verify the audit log (with a
+        token holding `read:audit`). Granting a role already held changes nothing."""
+        return await _service(request, db).grant_role(parse_id(principal_id), role)
+
+    @delete(
+        "/{principal_id:str}/roles/{role:str}",
+        status_code=HTTP_204_NO_CONTENT,
+        guards=_ADMIN,
+        opt={"action": "principal.role.revoke"},
+    )
+    async def revoke_role(
+        self, request: AuthedRequest, principal_id: FromPath[str], role: FromPath[Role], db: Db
+    ) -> None:
+        """Take a tenant role away (at once: the next call of that principal is refused)."""
+        await _service(request, db).revoke_role(parse_id(principal_id), role)
 
 
 class ClientController(Controller):
@@ -65,26 +97,36 @@ class ClientController(Controller):
         status_code=HTTP_201_CREATED,
         guards=_ADMIN,
         response_headers=[ResponseHeader(name="Cache-Control", value="no-store")],
+        opt={"action": "client.create"},
     )
     async def create_client(
         self, request: AuthedRequest, data: JSONBody[ClientCreate], db: Db
     ) -> ClientCreated:
         """Register an OAuth client serving one principal. The secret is in this answer only."""
-        return await _service(request, db).create_client(request.user, data)
+        created = await _service(request, db).create_client(request.user, data)
+        trail_of(request).add_targets([created.client.client_id])
+        return created
 
-    @get("/", guards=_ADMIN)
+    @get("/", guards=_ADMIN, opt={"action": "client.list"})
     async def list_clients(self, request: AuthedRequest, db: Db) -> ClientList:
         """List the clients of your tenant (first 500). Secrets are never shown again."""
-        return ClientList(items=await _service(request, db).list_clients())
+        items = await _service(request, db).list_clients()
+        trail_of(request).count(len(items))
+        return ClientList(items=items)
 
-    @get("/{client_id:str}", guards=_ADMIN)
+    @get("/{client_id:str}", guards=_ADMIN, opt={"action": "client.get"})
     async def get_client(
         self, request: AuthedRequest, client_id: FromPath[str], db: Db
     ) -> ClientOut:
         """Get one client of your tenant."""
         return await _service(request, db).get_client(parse_id(client_id))
 
-    @post("/{client_id:str}/disable", status_code=200, guards=_ADMIN)
+    @post(
+        "/{client_id:str}/disable",
+        status_code=200,
+        guards=_ADMIN,
+        opt={"action": "client.disable"},
+    )
     async def disable_client(
         self, request: AuthedRequest, client_id: FromPath[str], db: Db
     ) -> ClientOut:
@@ -93,7 +135,9 @@ class ClientController(Controller):
             request.user, parse_id(client_id), enabled=False
         )
 
-    @post("/{client_id:str}/enable", status_code=200, guards=_ADMIN)
+    @post(
+        "/{client_id:str}/enable", status_code=200, guards=_ADMIN, opt={"action": "client.enable"}
+    )
     async def enable_client(
         self, request: AuthedRequest, client_id: FromPath[str], db: Db
     ) -> ClientOut:

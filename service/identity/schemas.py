@@ -62,3 +62,11 @@ class ClientList(msgspec.Struct, kw_only=True):
 
 class PrincipalList(msgspec.Struct, kw_only=True):
     items: list[PrincipalOut]
+
+
+Role = Literal["auditor"]
+
+
+class RoleGrant(msgspec.Struct, kw_only=True):
+    principal_id: uuid.UUID
+    role: Role

@@ -12,14 +12,15 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Protocol
 
-from sqlalchemy import select
+from sqlalchemy import delete, select
+from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.auth.issuer import hash_secret_off_loop
 from service.auth.scopes import ADMIN_SCOPES, ALL_SCOPES, Scope
 from service.db.base import uuid7
-from service.db.models import Client, Principal, Space, Tenant
+from service.db.models import Client, Principal, RoleAssignment, Space, Tenant
 from service.identity.problems import (
     ClientNotFound,
     ExternalSubjectTaken,
@@ -32,6 +33,8 @@ from service.identity.schemas import (
     ClientOut,
     PrincipalCreate,
     PrincipalOut,
+    Role,
+    RoleGrant,
 )
 from service.problems import InsufficientScope
 
@@ -91,6 +94,29 @@ class IdentityService:
         if row is None:
             raise PrincipalNotFound(f"No principal {principal_id} in your tenant.")
         return _principal_out(row, await self._personal_space(row.id))
+
+    async def grant_role(self, principal_id: uuid.UUID, role: Role) -> RoleGrant:
+        """Idempotent: granting a role the principal holds changes nothing."""
+        if await self._session.get(Principal, (self._tenant_id, principal_id)) is None:
+            raise PrincipalNotFound(f"No principal {principal_id} in your tenant.")
+        await self._session.execute(
+            insert(RoleAssignment)
+            .values(tenant_id=self._tenant_id, principal_id=principal_id, role=role)
+            .on_conflict_do_nothing()
+        )
+        return RoleGrant(principal_id=principal_id, role=role)
+
+    async def revoke_role(self, principal_id: uuid.UUID, role: Role) -> None:
+        """Idempotent too; an unknown principal answers 404 like everywhere else."""
+        if await self._session.get(Principal, (self._tenant_id, principal_id)) is None:
+            raise PrincipalNotFound(f"No principal {principal_id} in your tenant.")
+        await self._session.execute(
+            delete(RoleAssignment).where(
+                RoleAssignment.tenant_id == self._tenant_id,
+                RoleAssignment.principal_id == principal_id,
+                RoleAssignment.role == role,
+            )
+        )
 
     async def list_principals(self) -> list[PrincipalOut]:
         rows = await self._session.execute(
@@ -271,6 +297,7 @@ async def create_tenant(session: AsyncSession, name: str) -> BootstrapResult:
     await session.flush()
     identity = IdentityService(session, tenant.tenant_id)
     admin = await identity.create_principal(PrincipalCreate(kind="user", display_name="admin"))
+    await identity.grant_role(admin.id, "auditor")
     founder = _Founder(admin.id, ALL_SCOPES)
     created = await identity.create_client(
         founder,

@@ -10,6 +10,7 @@ from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from service.audit.trail import trail_of
 from service.auth.guards import requires
 from service.auth.principal import Principal
 from service.auth.scopes import Scope
@@ -42,15 +43,22 @@ class MemoryController(Controller):
     path = "/v1/memories"
     tags = ["memories"]
 
-    @post("/", status_code=HTTP_201_CREATED, guards=[requires(Scope.WRITE_MEMORY)])
+    @post(
+        "/",
+        status_code=HTTP_201_CREATED,
+        guards=[requires(Scope.WRITE_MEMORY)],
+        opt={"action": "memory.write"},
+    )
     async def remember(
         self, request: AuthedRequest, data: JSONBody[MemoryCreate], db: Db, runtime: Rt
     ) -> MemoryWritten:
         """Write a memory into one of your spaces (default: your personal space). A memory with
         the same subject, kind and key in that space supersedes the live one."""
-        return await _service(db, runtime).write(request.user, data)
+        written = await _service(db, runtime).write(request.user, data)
+        trail_of(request).add_targets([written.memory.id, *written.superseded])
+        return written
 
-    @get("/", guards=[requires(Scope.READ_MEMORY)])
+    @get("/", guards=[requires(Scope.READ_MEMORY)], opt={"action": "memory.list"})
     async def list_memories(
         self,
         request: AuthedRequest,
@@ -70,17 +78,28 @@ class MemoryController(Controller):
     ) -> MemoryPage:
         """List live memories visible to you, newest first, with cursor pagination."""
         filters = MemoryFilters(subject=subject, kind=kind, key=key)
-        return await _service(db, runtime).list_page(request.user, filters, cursor, limit)
+        page = await _service(db, runtime).list_page(request.user, filters, cursor, limit)
+        trail_of(request).count(len(page.items))
+        return page
 
-    @post("/search", status_code=200, guards=[requires(Scope.READ_MEMORY)])
+    @post(
+        "/search",
+        status_code=200,
+        guards=[requires(Scope.READ_MEMORY)],
+        opt={"action": "memory.search"},
+    )
     async def search(
         self, request: AuthedRequest, data: JSONBody[SearchRequest], db: Db, runtime: Rt
     ) -> SearchResult:
         """Rank the live memories visible to you by similarity to `query`; at most `k` hits, each
         with score and provenance. `min_score` lets the answer be "nothing relevant"."""
-        return await _service(db, runtime).search(request.user, data)
+        result = await _service(db, runtime).search(request.user, data)
+        trail = trail_of(request)
+        trail.add_targets(hit.memory.id for hit in result.hits)
+        trail.count(len(result.hits))
+        return result
 
-    @get("/{memory_id:str}", guards=[requires(Scope.READ_MEMORY)])
+    @get("/{memory_id:str}", guards=[requires(Scope.READ_MEMORY)], opt={"action": "memory.get"})
     async def recall(
         self, request: AuthedRequest, memory_id: FromPath[str], db: Db, runtime: Rt
     ) -> MemoryOut:
@@ -88,7 +107,10 @@ class MemoryController(Controller):
         return await _service(db, runtime).get(request.user, parse_id(memory_id))
 
     @delete(
-        "/{memory_id:str}", status_code=HTTP_204_NO_CONTENT, guards=[requires(Scope.DELETE_MEMORY)]
+        "/{memory_id:str}",
+        status_code=HTTP_204_NO_CONTENT,
+        guards=[requires(Scope.DELETE_MEMORY)],
+        opt={"action": "memory.delete"},
     )
     async def forget(
         self, request: AuthedRequest, memory_id: FromPath[str], db: Db, runtime: Rt

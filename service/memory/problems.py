@@ -14,10 +14,6 @@ class SpaceNotFound(Problem, slug="space-not-found", status=404, title="Space no
     """The target space does not exist or the caller cannot write there."""
 
 
-class BadCursor(Problem, slug="bad-cursor", status=400, title="Bad cursor"):
-    """The pagination cursor was not produced by this API (or was altered)."""
-
-
 class ValueTooLong(Problem, slug="value-too-long", status=422, title="Value too long"):
     """The memory value exceeds the configured maximum length."""
 

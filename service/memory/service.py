@@ -18,7 +18,6 @@ from service.db.models import Memory
 from service.embeddings import Embedder
 from service.memory import repository
 from service.memory.problems import (
-    BadCursor,
     KOutOfRange,
     MemoryNotFound,
     NoWritableSpace,
@@ -37,8 +36,9 @@ from service.memory.schemas import (
     SearchResult,
     Status,
 )
+from service.observability.telemetry import SEARCH_DURATION, span, timed
 from service.policy.visible import Action, granted_space_ids, visible
-from service.problems import InvalidRequest
+from service.problems import BadCursor, InvalidRequest
 from service.settings import MemorySettings
 
 MAX_METADATA_BYTES = 16_384
@@ -102,22 +102,28 @@ class MemoryService:
         return MemoryPage(items=items, next_cursor=next_cursor)
 
     async def search(self, principal: Principal, request: SearchRequest) -> SearchResult:
+        with timed(SEARCH_DURATION):
+            return await self._search(principal, request)
+
+    async def _search(self, principal: Principal, request: SearchRequest) -> SearchResult:
         k = self._k(request.k)
         filters = request.filters
         scope = visible(principal, Action.READ)
         [vector] = await self._embedder.embed([request.query])
-        hits = await repository.search(
-            self._session,
-            scope,
-            vector,
-            MemoryFilters(
-                subject=filters.subject if filters else None,
-                kind=filters.kind if filters else None,
-                key=filters.key if filters else None,
-            ),
-            k=k,
-            min_score=request.min_score,
-        )
+        with span("memory.rank", {"memgate.search.k": k}) as rank:
+            hits = await repository.search(
+                self._session,
+                scope,
+                vector,
+                MemoryFilters(
+                    subject=filters.subject if filters else None,
+                    kind=filters.kind if filters else None,
+                    key=filters.key if filters else None,
+                ),
+                k=k,
+                min_score=request.min_score,
+            )
+            rank.set_attribute("memgate.search.hits", len(hits))
         return SearchResult(
             hits=[SearchHit(score=score, memory=to_out(row)) for row, score in hits],
             k=k,

@@ -1,6 +1,7 @@
 """structlog setup and the per-request log line.
 
-What is logged: request id, method, route template, status, latency, tenant, principal, client.
+What is logged: request id, method, route template, status, latency, tenant, principal, client,
+and the trace and span ids of the current OpenTelemetry span (log lines join their trace).
 What never is: bodies (memory text, query text), tokens, secrets, SQL.
 """
 
@@ -14,6 +15,19 @@ from typing import Any
 import structlog
 from litestar.enums import ScopeType
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
+from opentelemetry import trace
+from structlog.typing import EventDict, WrappedLogger
+
+from service.observability.telemetry import REQUEST_DURATION, http_method, route_of
+
+
+def add_trace_ids(_logger: WrappedLogger, _method: str, event_dict: EventDict) -> EventDict:
+    """`trace_id` and `span_id` (hex, as tracing backends show them) of the current span."""
+    context = trace.get_current_span().get_span_context()
+    if context.is_valid:
+        event_dict["trace_id"] = format(context.trace_id, "032x")
+        event_dict["span_id"] = format(context.span_id, "016x")
+    return event_dict
 
 
 def configure_logging(*, json_logs: bool, level: int = logging.INFO) -> None:
@@ -23,6 +37,7 @@ def configure_logging(*, json_logs: bool, level: int = logging.INFO) -> None:
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
+            add_trace_ids,
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             renderer,
@@ -70,13 +85,22 @@ def request_context_middleware(app: ASGIApp) -> ASGIApp:
         try:
             await app(scope, receive, send_with_id)
         finally:
-            route = scope.get("path_template") or "unmatched"
+            elapsed = time.perf_counter() - started
+            route = route_of(scope)
+            REQUEST_DURATION.record(
+                elapsed,
+                {
+                    "http.route": route,
+                    "http.request.method": http_method(scope),
+                    "http.response.status_code": status,
+                },
+            )
             _access.info(
                 "request",
                 method=scope.get("method"),
                 route=route,
                 status=status,
-                latency_ms=round((time.perf_counter() - started) * 1000, 2),
+                latency_ms=round(elapsed * 1000, 2),
             )
             structlog.contextvars.clear_contextvars()
 

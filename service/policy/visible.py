@@ -39,6 +39,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.auth.principal import Principal
 from service.db.models import Memory, Space
+from service.observability.telemetry import span
 
 _UUID_ARRAY = ARRAY(UUID)
 
@@ -95,14 +96,15 @@ class Visible:
 
 
 def visible(principal: Principal, action: Action) -> Visible:
-    granted = _granted_spaces(principal, action).subquery()
-    allowed = (
-        sa_select(func.coalesce(func.array_agg(granted.c.id), literal([], _UUID_ARRAY)))
-        .select_from(granted)
-        .scalar_subquery()
-    )
-    # The cast makes `= ANY(...)` take the array value, not the subquery's rows.
-    return Visible(principal.tenant_id, action, cast(allowed, _UUID_ARRAY))
+    with span("policy.visible", {"memgate.policy.action": action.value}):
+        granted = _granted_spaces(principal, action).subquery()
+        allowed = (
+            sa_select(func.coalesce(func.array_agg(granted.c.id), literal([], _UUID_ARRAY)))
+            .select_from(granted)
+            .scalar_subquery()
+        )
+        # The cast makes `= ANY(...)` take the array value, not the subquery's rows.
+        return Visible(principal.tenant_id, action, cast(allowed, _UUID_ARRAY))
 
 
 async def granted_space_ids(

@@ -3,8 +3,8 @@ from __future__ import annotations
 import pytest
 import structlog
 from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
 
-from service.runtime import Runtime
 from tests.fixtures.api import TestClient
 
 
@@ -16,10 +16,10 @@ async def test_healthz_needs_no_token(http: TestClient) -> None:
 
 async def test_readyz_checks_the_migration_head(
     http: TestClient,
-    runtime: Runtime,
+    owner_engine: AsyncEngine,
 ) -> None:
     assert (await http.get("/readyz")).json() == {"status": "ready"}
-    async with runtime.engine.begin() as conn:
+    async with owner_engine.begin() as conn:
         await conn.execute(text("UPDATE alembic_version SET version_num = 'older'"))
     response = await http.get("/readyz")
     assert response.status_code == 503

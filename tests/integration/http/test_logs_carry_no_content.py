@@ -2,26 +2,19 @@
 
 from __future__ import annotations
 
-import structlog
-
 from tests.fixtures.api import Api
-
-CANARY_VALUE = "canary-value-7f3a9b"
-CANARY_QUERY = "canary-query-51c2de"
+from tests.fixtures.canaries import CANARY_QUERY, CANARY_VALUE, assert_no_canary, captured_logs
 
 
 async def test_canaries_never_reach_the_logs(api: Api) -> None:
     alice = await api.new_agent("alice")
-    merge_context = [structlog.contextvars.merge_contextvars]
-    with structlog.testing.capture_logs(processors=merge_context) as events:
+    with captured_logs() as events:
         await api.remember(alice, key="secret.note", value=f"the code is {CANARY_VALUE}")
         response = await api.search(alice, f"what is {CANARY_QUERY}")
         assert response.status_code == 200
         await api.http.get("/v1/memories/not-a-uuid", headers=alice.headers)
-    rendered = repr(events)
     assert events, "the access log recorded nothing"
-    for forbidden in (CANARY_VALUE, CANARY_QUERY, alice.token, alice.secret):
-        assert forbidden not in rendered
+    assert_no_canary(repr(events), alice.token, alice.secret, where="the logs")
     requests = [event for event in events if event.get("event") == "request"]
     assert len(requests) == 3
     assert {event["route"] for event in requests} == {

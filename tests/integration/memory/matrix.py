@@ -4,9 +4,12 @@ their part of `support.ROUTES`."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
+from service.audit.checkpoints import run_checkpoints
+from service.auth.scopes import ADMIN_SCOPES
 from tests.fixtures.api import MEMORY_SCOPES, Agent, Api
 from tests.integration.memory.support import (
     Route,
@@ -83,10 +86,12 @@ async def check_insufficient_scope(api: Api, route: Route) -> None:
         # The admin client holds every scope; narrowed to the other ones it is refused too.
         tokens.append(await api.access_token(api.admin.client_id, api.admin.secret, others))
     else:
-        assert route.scope == ADMIN_ONLY
-        # An agent never holds manage:policy: not by default, and not when it asks for it.
+        assert route.scope in ADMIN_SCOPES
+        # An agent never holds an admin scope: not by default, and not when it asks for it.
         tokens.append(alice.token)
-        asked = await api.token_response(alice.client_id, alice.secret, f"{ADMIN_ONLY} read:memory")
+        asked = await api.token_response(
+            alice.client_id, alice.secret, f"{route.scope} read:memory"
+        )
         assert asked.status_code == 200, asked.text
         assert asked.json()["scope"].split() == ["read:memory"]
         tokens.append(asked.json()["access_token"])
@@ -165,10 +170,16 @@ async def check_minimal_scope(api: Api, route: Route) -> None:
         # caller within its own scopes (test_client_ceilings.py covers the refusals).
         own = await api.new_client(api.admin.principal_id, [ADMIN_ONLY], kind="admin")
         target = enabled_id = own["client"]["client_id"]
+    if route.group == "audit":
+        await run_checkpoints(api.runtime.sessionmaker, api.runtime.kek)
     before = await count_memories(api.runtime)
     response = await call(api.http, route, target, headers, body)
     assert response.status_code == route.ok_status, response.text
-    body_out: Any = response.json() if response.content else None
+    body_out: Any = None
+    if response.headers.get("content-type", "").startswith("application/x-ndjson"):
+        body_out = [json.loads(line) for line in response.text.splitlines()]
+    elif response.content:
+        body_out = response.json()
     projections: dict[str, Callable[[Any], tuple[Any, Any]]] = {
         "POST /v1/memories": lambda b: (
             (b["memory"]["provenance"]["writer_id"], b["memory"]["key"]),
@@ -209,6 +220,28 @@ async def check_minimal_scope(api: Api, route: Route) -> None:
         "POST /v1/clients/{id}/enable": lambda b: (
             (b["client_id"], b["disabled_at"]),
             (enabled_id, None),
+        ),
+        "PUT /v1/principals/{id}/roles/auditor": lambda b: (
+            (b["principal_id"], b["role"]),
+            (alice.principal_id, "auditor"),
+        ),
+        "DELETE /v1/principals/{id}/roles/auditor": lambda b: (b, None),
+        "GET /v1/audit/events": lambda b: (
+            ({i["tenant_id"] for i in b["items"]}, len(b["items"]) > 0),
+            ({api.tenant_id}, True),
+        ),
+        "GET /v1/audit/export": lambda b: (
+            ([e["seq"] for e in b], {e["tenant_id"] for e in b}),
+            (list(range(1, len(b) + 1)), {api.tenant_id}),
+        ),
+        "GET /v1/audit/verify": lambda b: ((b["ok"], b["checked"] > 0), (True, True)),
+        "GET /v1/audit/checkpoints/latest": lambda b: (
+            (b["tenant_id"], b["seq"] > 0),
+            (api.tenant_id, True),
+        ),
+        "GET /v1/audit/keys": lambda b: (
+            {(k["kty"], k["crv"], "d" in k) for k in b["keys"]},
+            {("OKP", "Ed25519", False)},
         ),
     }
     actual, expected = projections[str(route)](body_out)

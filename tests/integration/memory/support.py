@@ -73,7 +73,7 @@ class Route:
     method: str
     template: str
     scope: str
-    group: str  # "memory" or "admin"
+    group: str  # "memory", "admin" or "audit"
     resource: str | None = None  # what `{id}` names: "memory", "principal" or "client"
     body: Callable[[Targets], dict[str, Any]] | None = None
     ok_status: int = 200
@@ -122,6 +122,20 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/v1/clients/{id}", "manage:policy", "admin", resource="client"),
     Route("POST", "/v1/clients/{id}/disable", "manage:policy", "admin", resource="client"),
     Route("POST", "/v1/clients/{id}/enable", "manage:policy", "admin", resource="client"),
+    Route("PUT", "/v1/principals/{id}/roles/auditor", "manage:policy", "admin", "principal"),
+    Route(
+        "DELETE",
+        "/v1/principals/{id}/roles/auditor",
+        "manage:policy",
+        "admin",
+        resource="principal",
+        ok_status=204,
+    ),
+    Route("GET", "/v1/audit/events", "read:audit", "audit"),
+    Route("GET", "/v1/audit/export", "read:audit", "audit"),
+    Route("GET", "/v1/audit/verify", "read:audit", "audit"),
+    Route("GET", "/v1/audit/checkpoints/latest", "read:audit", "audit"),
+    Route("GET", "/v1/audit/keys", "read:audit", "audit"),
 )
 ID_ROUTES = tuple(route for route in ROUTES if route.resource is not None)
 

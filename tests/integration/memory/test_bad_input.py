@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from service.settings import MemorySettings, ServerSettings
 from tests.fixtures.api import Api
@@ -417,10 +418,12 @@ async def test_limits_are_inclusive(api: Api) -> None:
     assert response.json()["min_score"] == 1.0
 
 
-async def test_internal_error_leaks_no_sql_or_traceback(api: Api) -> None:
+async def test_internal_error_leaks_no_sql_or_traceback(
+    api: Api, owner_engine: AsyncEngine
+) -> None:
     alice = await api.new_agent("alice")
     await api.remember(alice, key="before.break", value="written before the schema broke")
-    async with api.runtime.engine.begin() as conn:
+    async with owner_engine.begin() as conn:
         await conn.execute(text("ALTER TABLE memories RENAME COLUMN value TO value_x"))
     calls = [
         ("POST", "/v1/memories", VALID),

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from tests.fixtures.api import Agent, Api
 from tests.integration.memory.support import count_memories, scalar
@@ -52,7 +53,9 @@ async def _fill(api: Api, agent: Agent, count: int, prefix: str) -> None:
         )
 
 
-async def test_k_visible_among_many_invisible_equals_brute_force(api: Api) -> None:
+async def test_k_visible_among_many_invisible_equals_brute_force(
+    api: Api, owner_engine: AsyncEngine
+) -> None:
     alice = await api.new_agent("alice")
     mine = [
         await api.remember(alice, key=f"alice.{n}", value=value)
@@ -97,7 +100,7 @@ async def test_k_visible_among_many_invisible_equals_brute_force(api: Api) -> No
     # that ranks first and filters after returns (almost) nothing for alice here. The planner
     # only picks such a scan when it beats sorting (a large visible set); forbidding sorts and
     # sequential scans on every new connection makes it the planner's first choice here.
-    async with api.runtime.engine.begin() as conn:
+    async with owner_engine.begin() as conn:
         await conn.execute(
             text(
                 "CREATE INDEX ix_test_memories_hnsw ON memories "

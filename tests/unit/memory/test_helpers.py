@@ -5,8 +5,8 @@ import uuid
 import pytest
 
 from service.db.base import uuid7
-from service.memory.problems import BadCursor
 from service.memory.service import content_hash, decode_cursor, encode_cursor
+from service.problems import BadCursor
 
 
 def test_uuid7_is_version_7_and_strictly_increasing() -> None:

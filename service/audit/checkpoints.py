@@ -1,0 +1,184 @@
+"""Signed checkpoints: "tenant T's audit chain had hash H at seq N", signed with an audit key.
+
+Audit keys are Ed25519 keys of their own (never the token keys): a leaked token key cannot forge
+a checkpoint and rotating token keys does not touch them. A checkpoint is a compact JWS whose
+payload is canonical JSON (sorted keys, no spaces). Tenants fetch checkpoints and keep them;
+a later rewrite of the chain, even a consistent one, no longer matches what they hold.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, cast
+
+from joserfc import jws
+from joserfc.jwk import KeyParameters, OKPKey
+from sqlalchemy import func, select, text
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from service.auth.keys import KeyEncryptionKey
+from service.db.models import AuditCheckpoint, AuditHead, AuditSigningKey
+
+CHECKPOINT_TYPE = "memgate-audit-checkpoint+jws"
+PAYLOAD_VERSION = "memgate.audit.checkpoint.v1"
+ALGORITHM = "Ed25519"
+"""RFC 9864's fully specified name (the polymorphic `EdDSA` is deprecated)."""
+
+
+@dataclass(frozen=True)
+class CheckpointClaims:
+    tenant_id: uuid.UUID
+    seq: int
+    row_hash: bytes
+    signed_at: datetime
+
+    def payload(self) -> bytes:
+        body = {
+            "v": PAYLOAD_VERSION,
+            "tenant": str(self.tenant_id),
+            "seq": self.seq,
+            "hash": self.row_hash.hex(),
+            "signed_at": self.signed_at.isoformat(),
+        }
+        return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+
+
+def _sealing_id(kid: str) -> str:
+    return f"audit-signing:{kid}"
+
+
+async def signing_key(session: AsyncSession, kek: KeyEncryptionKey) -> OKPKey:
+    """The current audit signing key, made on first use."""
+    row = await session.scalar(
+        select(AuditSigningKey)
+        .where(AuditSigningKey.retired_at.is_(None))
+        .order_by(AuditSigningKey.created_at.desc())
+        .limit(1)
+    )
+    if row is None:
+        row = await _new_key(session, kek)
+    private = json.loads(kek.open(_sealing_id(row.kid), row.private_key_encrypted))
+    return OKPKey.import_key(private)
+
+
+async def _new_key(session: AsyncSession, kek: KeyEncryptionKey) -> AuditSigningKey:
+    # One key at a time: concurrent first uses (several API pods) wait for each other here.
+    await session.execute(
+        text("SELECT pg_advisory_xact_lock(hashtextextended('memgate.audit.key', 0))")
+    )
+    existing = await session.scalar(
+        select(AuditSigningKey).where(AuditSigningKey.retired_at.is_(None)).limit(1)
+    )
+    if existing is not None:
+        return existing
+    kid = f"audit-{datetime.now(UTC):%Y%m%d}-{uuid.uuid4().hex[:8]}"
+    params: KeyParameters = {"kid": kid, "alg": ALGORITHM, "use": "sig"}
+    key = OKPKey.generate_key("Ed25519", parameters=params)
+    row = AuditSigningKey(
+        kid=kid,
+        public_jwk=key.as_dict(private=False),
+        private_key_encrypted=kek.seal(
+            _sealing_id(kid), json.dumps(key.as_dict(private=True)).encode()
+        ),
+    )
+    session.add(row)
+    await session.flush()
+    return row
+
+
+async def public_keys(session: AsyncSession) -> dict[str, Any]:
+    """Every audit key ever used (retired ones still verify old checkpoints), as a JWKS."""
+    rows = (
+        await session.scalars(
+            select(AuditSigningKey.public_jwk).order_by(AuditSigningKey.created_at)
+        )
+    ).all()
+    return {"keys": list(rows)}
+
+
+def sign(claims: CheckpointClaims, key: OKPKey) -> str:
+    header = {"alg": ALGORITHM, "kid": key.kid, "typ": CHECKPOINT_TYPE}
+    return jws.serialize_compact(header, claims.payload(), key, algorithms=[ALGORITHM])
+
+
+def verify_signature(compact: str, jwks: dict[str, Any]) -> dict[str, Any] | None:
+    """The payload of a checkpoint JWS signed by one of `jwks`, or None."""
+    from joserfc.errors import JoseError
+    from joserfc.jwk import KeySet, KeySetSerialization
+
+    try:
+        keys = KeySet.import_key_set(cast("KeySetSerialization", jwks))
+        verified = jws.deserialize_compact(compact, keys, algorithms=[ALGORITHM])
+        payload: dict[str, Any] = json.loads(verified.payload)
+    except (JoseError, ValueError):
+        return None
+    return payload
+
+
+async def sign_due_checkpoints(session: AsyncSession, kek: KeyEncryptionKey) -> int:
+    """A checkpoint for every chain that grew since its last one; returns how many were made.
+    Also makes sure the coming months' audit partitions exist."""
+    await session.execute(text("SELECT audit_ensure_partitions(2)"))
+    last = (
+        select(AuditCheckpoint.tenant_id, func.max(AuditCheckpoint.seq).label("seq"))
+        .group_by(AuditCheckpoint.tenant_id)
+        .subquery()
+    )
+    due = (
+        await session.execute(
+            select(AuditHead.tenant_id, AuditHead.seq, AuditHead.row_hash)
+            .outerjoin(last, last.c.tenant_id == AuditHead.tenant_id)
+            .where(AuditHead.seq > func.coalesce(last.c.seq, 0))
+        )
+    ).all()
+    if not due:
+        return 0
+    key = await signing_key(session, kek)
+    now = datetime.now(UTC)
+    for tenant_id, seq, row_hash in due:
+        claims = CheckpointClaims(tenant_id, seq, bytes(row_hash), now)
+        await session.execute(
+            insert(AuditCheckpoint)
+            .values(
+                tenant_id=tenant_id,
+                seq=seq,
+                row_hash=bytes(row_hash),
+                signed_at=now,
+                kid=str(key.kid),
+                jws=sign(claims, key),
+            )
+            .on_conflict_do_nothing()
+        )
+    return len(due)
+
+
+async def run_checkpoints(
+    sessionmaker: async_sessionmaker[AsyncSession], kek: KeyEncryptionKey
+) -> int:
+    async with sessionmaker.begin() as session:
+        return await sign_due_checkpoints(session, kek)
+
+
+async def checkpoint_periodically(
+    sessionmaker: async_sessionmaker[AsyncSession], kek: KeyEncryptionKey, every_seconds: float
+) -> None:
+    """The in-process signer (one per API process; duplicates are ignored by the primary key)."""
+    import asyncio
+
+    import structlog
+
+    log = structlog.get_logger("memgate.audit")
+    while True:
+        await asyncio.sleep(every_seconds)
+        try:
+            made = await run_checkpoints(sessionmaker, kek)
+        except Exception as exc:
+            # The type only: a driver message can quote SQL and values.
+            log.error("audit_checkpoint_failed", error_type=type(exc).__name__)  # noqa: TRY400
+        else:
+            if made:
+                log.info("audit_checkpoints_signed", count=made)

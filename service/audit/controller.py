@@ -1,0 +1,130 @@
+"""HTTP routes of the audit log: read, export, verify, checkpoints and their keys.
+
+Every route needs `read:audit` and the auditor role, and sees only the caller's tenant.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+
+from litestar import Controller, Request, Response, get
+from litestar.datastructures import State
+from litestar.params import FromQuery, QueryParameter
+
+from service.audit.schemas import AuditPage, CheckpointOut, Decision, VerifyOut
+from service.audit.service import MAX_EXPORT, MAX_PAGE, AuditFilters, AuditService
+from service.audit.trail import trail_of
+from service.auth.guards import requires
+from service.auth.principal import Principal
+from service.auth.scopes import Scope
+from service.auth.tokens import VerifiedToken
+from service.http.deps import Db, Rt
+from service.http.params import parse_id
+
+AuthedRequest = Request[Principal, VerifiedToken, State]
+_AUDIT = [requires(Scope.READ_AUDIT)]
+ACTION_PATTERN = r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$"
+
+Seq = Annotated[int, QueryParameter(ge=1, le=2**62)]
+
+
+async def _auditor(request: AuthedRequest, db: Db, runtime: Rt) -> AuditService:
+    service = AuditService(db, runtime.pseudonyms, request.user)
+    await service.require_auditor()
+    return service
+
+
+class AuditController(Controller):
+    path = "/v1/audit"
+    tags = ["audit"]
+
+    @get("/events", guards=_AUDIT, opt={"action": "audit.events"})
+    async def events(
+        self,
+        request: AuthedRequest,
+        db: Db,
+        runtime: Rt,
+        since: FromQuery[datetime | None] = None,
+        until: FromQuery[datetime | None] = None,
+        actor: Annotated[
+            str | None,
+            QueryParameter(
+                max_length=64, description="A principal id, or an actor pseudonym (64 hex)."
+            ),
+        ] = None,
+        action: Annotated[
+            str | None, QueryParameter(pattern=ACTION_PATTERN, max_length=100)
+        ] = None,
+        decision: FromQuery[Decision | None] = None,
+        target: Annotated[
+            str | None, QueryParameter(max_length=64, description="A target id (UUID).")
+        ] = None,
+        cursor: FromQuery[str | None] = None,
+        limit: Annotated[
+            int | None, QueryParameter(description=f"Page size (1-{MAX_PAGE}, default 50).")
+        ] = None,
+    ) -> AuditPage:
+        """Your tenant's audit events, newest first, filtered by time (`since` inclusive,
+        `until` exclusive), actor, action, decision and target id; cursor pagination."""
+        service = await _auditor(request, db, runtime)
+        filters = AuditFilters(
+            since=since,
+            until=until,
+            actor=actor,
+            action=action,
+            decision=decision,
+            target=parse_id(target) if target is not None else None,
+        )
+        page = await service.page(filters, cursor, limit)
+        trail_of(request).count(len(page.items))
+        return page
+
+    @get("/export", guards=_AUDIT, opt={"action": "audit.export"})
+    async def export(
+        self,
+        request: AuthedRequest,
+        db: Db,
+        runtime: Rt,
+        from_seq: Seq = 1,
+        limit: Annotated[int | None, QueryParameter(ge=1, le=MAX_EXPORT)] = None,
+    ) -> Response[bytes]:
+        """Events from `from_seq` on, oldest first, one JSON object per line (with `prev_hash`
+        and `row_hash`), for `memgate audit verify`. When more remain, the `Audit-Next-Seq`
+        header says where to continue."""
+        service = await _auditor(request, db, runtime)
+        body, next_seq = await service.export(from_seq, limit)
+        trail_of(request).count(body.count(b"\n"))
+        headers = {"Cache-Control": "no-store"}
+        if next_seq is not None:
+            headers["Audit-Next-Seq"] = str(next_seq)
+        return Response(body, media_type="application/x-ndjson", headers=headers)
+
+    @get("/verify", guards=_AUDIT, opt={"action": "audit.verify"})
+    async def verify(
+        self,
+        request: AuthedRequest,
+        db: Db,
+        runtime: Rt,
+        from_seq: Seq = 1,
+        to_seq: Annotated[int | None, QueryParameter(ge=1, le=2**62)] = None,
+    ) -> VerifyOut:
+        """Recompute your tenant's hash chain over `from_seq`..`to_seq` (default: to the head;
+        at most 1,000,000 rows per call) and check it against the head and every signed
+        checkpoint in the range. `first_bad_seq` names the first missing, altered, duplicated
+        or unchained row."""
+        service = await _auditor(request, db, runtime)
+        report = await service.verify(from_seq, to_seq)
+        trail_of(request).count(report.checked)
+        return report
+
+    @get("/checkpoints/latest", guards=_AUDIT, opt={"action": "audit.checkpoint"})
+    async def latest_checkpoint(self, request: AuthedRequest, db: Db, runtime: Rt) -> CheckpointOut:
+        """The newest signed checkpoint of your tenant's chain. Keep copies: a later rewrite of
+        the log cannot match them."""
+        return await (await _auditor(request, db, runtime)).latest_checkpoint()
+
+    @get("/keys", guards=_AUDIT, opt={"action": "audit.keys"})
+    async def keys(self, request: AuthedRequest, db: Db, runtime: Rt) -> dict[str, Any]:
+        """The public keys (JWKS, Ed25519) that sign audit checkpoints; never token keys."""
+        return await (await _auditor(request, db, runtime)).keys()

@@ -1,0 +1,357 @@
+"""The audit recorder: an ASGI middleware that writes exactly one audit row per HTTP call.
+
+When the response starts (its status is known, nothing is sent yet):
+- a call that succeeded (status < 400) with a database session: its row is appended in the
+  request's own transaction, then both commit together;
+- anything else (denied, failed, no database work): the request's transaction is rolled back and
+  the row is appended in a short transaction of its own;
+- if appending or committing fails, the caller gets 503 instead of the answer, and the failure
+  itself is audited separately when that is still possible. A call is never answered unaudited.
+
+Rows hold ids, pseudonyms, names of routes and actions, counts, and numbers — never bodies,
+query strings, tokens, secrets or driver messages. Only routes marked `audit_exempt` (liveness,
+readiness, metrics scrapes) are not recorded.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import MutableMapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import structlog
+from litestar.enums import ScopeType
+from litestar.types import ASGIApp, Message, Receive, Scope, Send
+from sqlalchemy import bindparam, text
+from sqlalchemy.dialects.postgresql import ARRAY, UUID
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.types import Text
+
+from service.audit.trail import AuditTrail, attach_trail
+from service.auth.principal import Principal
+from service.auth.tokens import VerifiedToken, presented_issuer
+from service.observability.telemetry import (
+    AUDIT_APPEND_DURATION,
+    http_method,
+    route_of,
+    span,
+    timed,
+)
+from service.problems import ServiceUnavailable
+
+if TYPE_CHECKING:
+    from service.runtime import Runtime
+
+PLATFORM_TENANT = uuid.UUID(int=0)
+"""Calls nobody authenticated are logged here, never under the tenant a token merely claims."""
+MAX_DELEGATION_DEPTH = 8
+
+_log = structlog.get_logger("memgate.audit")
+
+_APPEND = text(
+    "SELECT appended_seq, appended_hash FROM audit_append("
+    ":tenant_id, :request_id, :trace_id, :actor, :client_id, :delegation, :token_id, :issuer, "
+    ":scopes, :method, :route, :action, :target_ids, :result_count, :decision, :reason, "
+    ":status, :latency_us)"
+).bindparams(
+    bindparam("delegation", type_=ARRAY(Text)),
+    bindparam("scopes", type_=ARRAY(Text)),
+    bindparam("target_ids", type_=ARRAY(UUID)),
+)
+
+
+@dataclass(frozen=True)
+class AuditRow:
+    tenant_id: uuid.UUID
+    request_id: str
+    trace_id: str | None
+    actor: str | None
+    client_id: str | None
+    delegation: list[str]
+    token_id: str | None
+    issuer: str | None
+    scopes: list[str]
+    method: str
+    route: str
+    action: str
+    target_ids: list[uuid.UUID]
+    result_count: int | None
+    decision: str
+    reason: str
+    status: int
+    latency_us: int
+
+
+async def append(session: AsyncSession, row: AuditRow, *, path: str) -> tuple[int, bytes]:
+    """Append one row through the database function (which numbers and hashes it)."""
+    with (
+        span("audit.append", {"memgate.audit.path": path}),
+        timed(AUDIT_APPEND_DURATION, {"memgate.audit.path": path}),
+    ):
+        result = (await session.execute(_APPEND, row.__dict__)).one()
+    return int(result[0]), bytes(result[1])
+
+
+def decision_of(status: int) -> str:
+    if status < 400:
+        return "allow"
+    return "deny" if status < 500 else "error"
+
+
+def action_of(scope: MutableMapping[str, Any]) -> str:
+    handler = scope.get("route_handler")
+    action = getattr(handler, "opt", {}).get("action") if handler is not None else None
+    if isinstance(action, str):
+        return action
+    if route_of(scope).startswith("/schema"):
+        return "schema.read"
+    if handler is not None and scope.get("method") == "OPTIONS":
+        return "http.options"
+    return "route.unmatched"
+
+
+def is_exempt(scope: MutableMapping[str, Any]) -> bool:
+    handler = scope.get("route_handler")
+    return handler is not None and bool(getattr(handler, "opt", {}).get("audit_exempt"))
+
+
+def _path_ids(scope: MutableMapping[str, Any]) -> list[uuid.UUID]:
+    ids: list[uuid.UUID] = []
+    for value in (scope.get("path_params") or {}).values():
+        try:
+            ids.append(uuid.UUID(str(value)))
+        except ValueError:
+            continue
+    return ids
+
+
+def _bearer(scope: MutableMapping[str, Any]) -> str:
+    for name, value in scope.get("headers", []):
+        if name == b"authorization":
+            scheme, _, token = value.decode("latin-1").partition(" ")
+            return token.strip() if scheme.lower() == "bearer" else ""
+    return ""
+
+
+def _current_trace_id() -> str | None:
+    from opentelemetry import trace
+
+    context = trace.get_current_span().get_span_context()
+    return format(context.trace_id, "032x") if context.is_valid else None
+
+
+class _RowBuilder:
+    def __init__(self, runtime: Runtime, trail: AuditTrail, scope: MutableMapping[str, Any]):
+        self.runtime, self.trail, self.scope = runtime, trail, scope
+
+    async def build(self, status: int, reason: str | None, request_id: str) -> AuditRow:
+        targets = list(dict.fromkeys(_path_ids(self.scope) + self.trail.targets))
+        common: dict[str, Any] = {
+            "request_id": request_id,
+            "trace_id": _current_trace_id(),
+            "method": http_method(self.scope),
+            "route": route_of(self.scope),
+            "action": action_of(self.scope),
+            "target_ids": targets,
+            "result_count": self.trail.result_count if status < 400 else None,
+            "decision": decision_of(status),
+            "reason": reason or self.trail.reason or ("ok" if status < 400 else f"http-{status}"),
+            "status": status,
+            "latency_us": int((time.perf_counter() - self.trail.started) * 1_000_000),
+        }
+        return AuditRow(**common, **(await self._who()))
+
+    async def _who(self) -> dict[str, Any]:
+        principal = self.scope.get("user")
+        verified = self.scope.get("auth")
+        if isinstance(principal, Principal) and isinstance(verified, VerifiedToken):
+            return await self._authenticated(principal, verified)
+        issued = self.trail.issued
+        if issued is not None:
+            pseudonyms = self.runtime.pseudonyms
+            return {
+                "tenant_id": issued.tenant_id,
+                "actor": await pseudonyms.of(issued.tenant_id, issued.subject, issued.principal_id),
+                "client_id": issued.client_id,
+                "delegation": [],
+                "token_id": issued.token_id,
+                "issuer": self.runtime.issuer.issuer,
+                "scopes": sorted(issued.scopes),
+            }
+        return {
+            "tenant_id": PLATFORM_TENANT,
+            "actor": None,
+            "client_id": self.trail.presented_client_id,
+            "delegation": [],
+            "token_id": None,
+            "issuer": self._presented_issuer(),
+            "scopes": [],
+        }
+
+    async def _authenticated(self, principal: Principal, verified: VerifiedToken) -> dict[str, Any]:
+        pseudonyms = self.runtime.pseudonyms
+        tenant = principal.tenant_id
+        delegation: list[str] = []
+        act = verified.act
+        while isinstance(act, dict) and len(delegation) < MAX_DELEGATION_DEPTH:
+            sub = act.get("sub")
+            if isinstance(sub, str):
+                delegation.append(await pseudonyms.lookup(tenant, sub))
+            act = act.get("act")
+        return {
+            "tenant_id": tenant,
+            "actor": await pseudonyms.of(tenant, verified.subject, principal.principal_id),
+            "client_id": principal.client_id,
+            "delegation": delegation,
+            "token_id": principal.token_id,
+            "issuer": principal.issuer,
+            "scopes": sorted(principal.scopes),
+        }
+
+    def _presented_issuer(self) -> str | None:
+        """A trusted issuer by name; anything else only as a digest (it is attacker text)."""
+        token = _bearer(self.scope)
+        iss = presented_issuer(token) if token else None
+        if iss is None:
+            return None
+        if self.runtime.verifier.trusts(iss):
+            return iss
+        import hashlib
+
+        return "untrusted:" + hashlib.sha256(iss.encode()).hexdigest()[:16]
+
+
+class _Call:
+    """One HTTP call's audit: finished exactly once, at response start or when the app ends."""
+
+    def __init__(self, runtime: Runtime, scope: MutableMapping[str, Any]):
+        self.runtime = runtime
+        self.scope = scope
+        self.trail = AuditTrail(runtime)
+        self.finished = False
+        attach_trail(scope, self.trail)
+
+    def request_id(self) -> str:
+        bound = structlog.contextvars.get_contextvars().get("request_id")
+        return str(bound) if bound else uuid.uuid4().hex
+
+    async def finish(self, status: int) -> bool:
+        """Record the call; False means it could not be recorded (answer 503 instead)."""
+        self.finished = True
+        session = self.trail.session
+        if is_exempt(self.scope):
+            await self._settle(session, commit=status < 400)
+            return True
+        builder = _RowBuilder(self.runtime, self.trail, self.scope)
+        if status < 400 and session is not None:
+            try:
+                row = await builder.build(status, None, self.request_id())
+                await append(session, row, path="in_request")
+                await session.commit()
+                return True
+            except Exception as exc:
+                _log.error("audit_in_request_failed", error_type=type(exc).__name__)
+                await self._settle(session, commit=False)
+                await self._separately(builder, 503, ServiceUnavailable.slug)
+                return False
+        await self._settle(session, commit=False)
+        return await self._separately(builder, status, None)
+
+    async def _separately(self, builder: _RowBuilder, status: int, reason: str | None) -> bool:
+        try:
+            row = await builder.build(status, reason, self.request_id())
+            async with self.runtime.sessionmaker.begin() as session:
+                await append(session, row, path="separate")
+            return True
+        except Exception as exc:
+            _log.error("audit_append_failed", error_type=type(exc).__name__)
+            return False
+
+    @staticmethod
+    async def _settle(session: AsyncSession | None, *, commit: bool) -> None:
+        if session is None or not session.in_transaction():
+            return
+        if commit:
+            await session.commit()
+        else:
+            await session.rollback()
+
+    async def close(self) -> None:
+        if self.trail.session is not None:
+            await self.trail.session.close()
+
+
+_UNAVAILABLE = ServiceUnavailable(
+    "The call could not be recorded in the audit log, so it was not carried out (nothing was "
+    "changed). Retry later."
+)
+
+
+async def _send_unavailable(send: Send, path: str) -> None:
+    import json
+
+    body = json.dumps(_UNAVAILABLE.to_body(instance=path)).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": _UNAVAILABLE.status,
+            "headers": [
+                (b"content-type", b"application/problem+json"),
+                (b"content-length", str(len(body)).encode()),
+                (b"retry-after", b"1"),
+                (b"cache-control", b"no-store"),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+def audit_recorder(app: ASGIApp, runtime: Runtime) -> ASGIApp:
+    async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != ScopeType.HTTP:
+            await app(scope, receive, send)
+            return
+        call = _Call(runtime, scope)  # type: ignore[arg-type]
+        replaced = False
+
+        async def audited_send(message: Message) -> None:
+            nonlocal replaced
+            if message["type"] == "http.response.start" and not call.finished:
+                if not await call.finish(message["status"]):
+                    replaced = True
+                    await _send_unavailable(send, scope.get("path", ""))
+                    return
+            elif replaced:
+                return
+            await send(message)
+
+        try:
+            await app(scope, receive, audited_send)
+        finally:
+            try:
+                if not call.finished:  # the app ended without answering (client gone, crash)
+                    await call.finish(500)
+            finally:
+                await call.close()
+
+    return middleware
+
+
+def check_every_route_is_audited(app: Any) -> None:
+    """Refuse to build an app with a route that names no audit action: adding a route without
+    deciding how it is audited fails at start-up, not in production."""
+    missing: list[str] = []
+    for route in app.routes:
+        for handler in getattr(route, "route_handlers", []):
+            if handler.opt.get("action") or handler.opt.get("audit_exempt"):
+                continue
+            if route.path.startswith("/schema") or handler.http_methods == {"OPTIONS"}:
+                continue  # Litestar's own routes: audited as `schema.read` / `http.options`
+            missing.append(f"{'/'.join(sorted(handler.http_methods))} {route.path}")
+    if missing:
+        raise RuntimeError(
+            "every route needs opt={'action': '<feature>.<verb>'} (or 'audit_exempt'): "
+            + ", ".join(missing)
+        )

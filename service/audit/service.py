@@ -1,0 +1,236 @@
+"""Reading, exporting and verifying a tenant's audit log (the caller's tenant only)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import msgspec
+from sqlalchemy import Select, exists, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from service.audit.checkpoints import public_keys
+from service.audit.problems import AuditFilterInvalid, AuditorRoleRequired, NoCheckpoint
+from service.audit.pseudonyms import Pseudonyms
+from service.audit.schemas import (
+    AuditEventOut,
+    AuditPage,
+    CheckpointOut,
+    CheckpointVerdict,
+    VerifyOut,
+)
+from service.audit.verify import verify_range
+from service.auth.principal import Principal
+from service.db.models import AuditActor, AuditCheckpoint, AuditEvent, RoleAssignment
+from service.problems import BadCursor
+
+AUDITOR = "auditor"
+MAX_PAGE = 200
+DEFAULT_PAGE = 50
+MAX_EXPORT = 50_000
+_PSEUDONYM = re.compile(r"[0-9a-f]{64}")
+_MAX_CURSOR_CHARS = 100
+
+
+@dataclass(frozen=True)
+class AuditFilters:
+    since: datetime | None = None
+    until: datetime | None = None
+    actor: str | None = None
+    """A principal id, or a 64-hex pseudonym."""
+    action: str | None = None
+    decision: str | None = None
+    target: uuid.UUID | None = None
+
+
+def to_out(row: AuditEvent) -> AuditEventOut:
+    return AuditEventOut(
+        tenant_id=row.tenant_id,
+        seq=row.seq,
+        at=row.at,
+        request_id=row.request_id,
+        trace_id=row.trace_id,
+        actor=row.actor,
+        client_id=row.client_id,
+        delegation=list(row.delegation),
+        token_id=row.token_id,
+        issuer=row.issuer,
+        scopes=list(row.scopes),
+        method=row.method,
+        route=row.route,
+        action=row.action,
+        target_ids=list(row.target_ids),
+        result_count=row.result_count,
+        decision=row.decision,  # type: ignore[arg-type]
+        reason=row.reason,
+        status=row.status,
+        latency_us=row.latency_us,
+        policy_version=row.policy_version,
+        prev_hash=bytes(row.prev_hash).hex(),
+        row_hash=bytes(row.row_hash).hex(),
+    )
+
+
+def encode_cursor(before_seq: int) -> str:
+    return base64.urlsafe_b64encode(json.dumps({"v": 1, "before": before_seq}).encode()).decode()
+
+
+def decode_cursor(cursor: str) -> int:
+    if len(cursor) > _MAX_CURSOR_CHARS:
+        cursor = ""  # no cursor this API returns is that long; refuse without parsing it
+    try:
+        payload = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+        before = payload["before"] if payload.get("v") == 1 else None
+    except (ValueError, TypeError, KeyError, AttributeError, UnicodeError, RecursionError):
+        before = None
+    if not isinstance(before, int) or isinstance(before, bool) or before < 1:
+        raise BadCursor(
+            "The 'cursor' is not one this API returned. Pass 'next_cursor' from the previous "
+            "page unchanged, or omit it to start from the newest event."
+        )
+    return before
+
+
+class AuditService:
+    def __init__(self, session: AsyncSession, pseudonyms: Pseudonyms, principal: Principal):
+        self.session = session
+        self.pseudonyms = pseudonyms
+        self.tenant_id = principal.tenant_id
+        self.principal = principal
+
+    async def require_auditor(self) -> None:
+        granted = await self.session.scalar(
+            select(
+                exists().where(
+                    RoleAssignment.tenant_id == self.tenant_id,
+                    RoleAssignment.principal_id == self.principal.principal_id,
+                    RoleAssignment.role == AUDITOR,
+                )
+            )
+        )
+        if not granted:
+            raise AuditorRoleRequired(
+                "Reading the audit log needs the auditor role as well as 'read:audit'. An admin "
+                "grants it with PUT /v1/principals/{principal_id}/roles/auditor."
+            )
+
+    async def page(self, filters: AuditFilters, cursor: str | None, limit: int | None) -> AuditPage:
+        size = _page_size(limit)
+        query = await self._filtered(filters)
+        if cursor:
+            query = query.where(AuditEvent.seq < decode_cursor(cursor))
+        rows = (
+            await self.session.scalars(
+                query.order_by(AuditEvent.seq.desc(), AuditEvent.at.desc()).limit(size + 1)
+            )
+        ).all()
+        more = len(rows) > size
+        items = [to_out(row) for row in rows[:size]]
+        return AuditPage(items=items, next_cursor=encode_cursor(items[-1].seq) if more else None)
+
+    async def export(self, from_seq: int, limit: int | None) -> tuple[bytes, int | None]:
+        """Newline-delimited JSON of events from `from_seq` on, oldest first, and the seq to
+        continue from (None at the end)."""
+        size = min(limit or MAX_EXPORT, MAX_EXPORT)
+        rows = (
+            await self.session.scalars(
+                select(AuditEvent)
+                .where(AuditEvent.tenant_id == self.tenant_id, AuditEvent.seq >= from_seq)
+                .order_by(AuditEvent.seq, AuditEvent.at)
+                .limit(size + 1)
+            )
+        ).all()
+        body = b"".join(msgspec.json.encode(to_out(row)) + b"\n" for row in rows[:size])
+        return body, (rows[size].seq if len(rows) > size else None)
+
+    async def verify(self, from_seq: int, to_seq: int | None) -> VerifyOut:
+        report = await verify_range(self.session, self.tenant_id, from_seq, to_seq)
+        verdict = report.checkpoint
+        return VerifyOut(
+            ok=report.ok,
+            from_seq=report.from_seq,
+            to_seq=report.to_seq,
+            checked=report.checked,
+            first_bad_seq=report.first_bad_seq,
+            reason=report.reason,
+            head_seq=report.head_seq,
+            head_hash=report.head_hash.hex() if report.head_hash else None,
+            checkpoint=CheckpointVerdict(
+                seq=verdict.seq,
+                hash=verdict.row_hash.hex(),
+                jws=verdict.jws,
+                signature_valid=verdict.signature_valid,
+                matches_chain=verdict.matches_chain,
+            )
+            if verdict
+            else None,
+        )
+
+    async def latest_checkpoint(self) -> CheckpointOut:
+        row = await self.session.scalar(
+            select(AuditCheckpoint)
+            .where(AuditCheckpoint.tenant_id == self.tenant_id)
+            .order_by(AuditCheckpoint.seq.desc())
+            .limit(1)
+        )
+        if row is None:
+            raise NoCheckpoint("No checkpoint has been signed for this tenant yet; retry later.")
+        return CheckpointOut(
+            tenant_id=row.tenant_id,
+            seq=row.seq,
+            hash=bytes(row.row_hash).hex(),
+            signed_at=row.signed_at,
+            kid=row.kid,
+            jws=row.jws,
+        )
+
+    async def keys(self) -> dict[str, Any]:
+        return await public_keys(self.session)
+
+    async def _filtered(self, filters: AuditFilters) -> Select[AuditEvent]:
+        query = select(AuditEvent).where(AuditEvent.tenant_id == self.tenant_id)
+        if filters.since is not None:
+            query = query.where(AuditEvent.at >= filters.since)
+        if filters.until is not None:
+            query = query.where(AuditEvent.at < filters.until)
+        if filters.action is not None:
+            query = query.where(AuditEvent.action == filters.action)
+        if filters.decision is not None:
+            query = query.where(AuditEvent.decision == filters.decision)
+        if filters.target is not None:
+            query = query.where(AuditEvent.target_ids.contains([filters.target]))
+        if filters.actor is not None:
+            query = query.where(AuditEvent.actor.in_(await self._pseudonyms_of(filters.actor)))
+        return query
+
+    async def _pseudonyms_of(self, actor: str) -> list[str]:
+        if _PSEUDONYM.fullmatch(actor):
+            return [actor]
+        try:
+            principal_id = uuid.UUID(actor)
+        except ValueError:
+            raise AuditFilterInvalid(
+                "'actor' must be a principal id (UUID) or a 64-hex-digit pseudonym."
+            ) from None
+        mapped = (
+            await self.session.scalars(
+                select(AuditActor.pseudonym).where(
+                    AuditActor.tenant_id == self.tenant_id,
+                    AuditActor.principal_id == principal_id,
+                )
+            )
+        ).all()
+        return list(mapped)
+
+
+def _page_size(limit: int | None) -> int:
+    if limit is None:
+        return DEFAULT_PAGE
+    if not 1 <= limit <= MAX_PAGE:
+        raise AuditFilterInvalid(f"'limit' must be between 1 and {MAX_PAGE}.")
+    return limit

@@ -1,0 +1,180 @@
+"""Verify a tenant's chain over a range of sequence numbers, inside the database.
+
+Every row is checked on its own (its hash recomputed with `audit_canonical`), against its
+predecessor (consecutive numbers, `prev_hash` = the previous `row_hash`), and the range against
+the head and the signed checkpoints. The first failure wins; its sequence number is the first
+one whose row is missing, altered, duplicated or out of chain.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+from sqlalchemy import select, text
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from service.audit.checkpoints import public_keys, verify_signature
+from service.db.models import AuditCheckpoint, AuditEvent, AuditHead
+
+GENESIS = bytes(32)
+MAX_VERIFY_ROWS = 1_000_000
+
+_FIRST_BAD = text(
+    """
+    WITH ranged AS (
+        SELECT e.seq, e.prev_hash, e.row_hash,
+               sha256(e.prev_hash || convert_to(audit_canonical(e), 'UTF8')) AS computed,
+               lag(e.seq) OVER w AS before_seq,
+               lag(e.row_hash) OVER w AS before_hash
+          FROM audit_events e
+         WHERE e.tenant_id = :tenant_id AND e.seq BETWEEN :from_seq AND :to_seq
+        WINDOW w AS (ORDER BY e.seq, e.at)
+    ), judged AS (
+        SELECT CASE
+                 WHEN before_seq IS NULL AND seq <> :from_seq THEN :from_seq
+                 WHEN before_seq IS NOT NULL AND seq > before_seq + 1 THEN before_seq + 1
+                 ELSE seq
+               END AS bad_seq,
+               CASE
+                 WHEN before_seq IS NULL AND seq <> :from_seq THEN 'missing_row'
+                 WHEN before_seq IS NOT NULL AND seq = before_seq THEN 'duplicate_seq'
+                 WHEN before_seq IS NOT NULL AND seq > before_seq + 1 THEN 'missing_row'
+                 WHEN computed <> row_hash THEN 'row_hash_mismatch'
+                 WHEN prev_hash <> coalesce(before_hash, :anchor) THEN 'chain_broken'
+               END AS reason
+          FROM ranged
+    )
+    SELECT bad_seq, reason FROM judged WHERE reason IS NOT NULL
+     ORDER BY bad_seq LIMIT 1
+    """
+)
+_SUMMARY = text(
+    "SELECT count(*), max(seq) FROM audit_events "
+    "WHERE tenant_id = :tenant_id AND seq BETWEEN :from_seq AND :to_seq"
+)
+
+
+@dataclass(frozen=True)
+class CheckpointCheck:
+    seq: int
+    row_hash: bytes
+    jws: str
+    signature_valid: bool
+    matches_chain: bool
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    from_seq: int
+    to_seq: int
+    checked: int
+    first_bad_seq: int | None
+    reason: str | None
+    head_seq: int
+    head_hash: bytes | None
+    checkpoint: CheckpointCheck | None
+
+    @property
+    def ok(self) -> bool:
+        return self.first_bad_seq is None
+
+
+async def head(session: AsyncSession, tenant_id: uuid.UUID) -> tuple[int, bytes | None]:
+    row = (
+        await session.execute(
+            select(AuditHead.seq, AuditHead.row_hash).where(AuditHead.tenant_id == tenant_id)
+        )
+    ).one_or_none()
+    return (int(row[0]), bytes(row[1])) if row else (0, None)
+
+
+async def _row_hash(session: AsyncSession, tenant_id: uuid.UUID, seq: int) -> bytes | None:
+    found = await session.scalar(
+        select(AuditEvent.row_hash).where(AuditEvent.tenant_id == tenant_id, AuditEvent.seq == seq)
+    )
+    return bytes(found) if found is not None else None
+
+
+async def verify_range(
+    session: AsyncSession, tenant_id: uuid.UUID, from_seq: int, to_seq: int | None
+) -> VerifyReport:
+    head_seq, head_hash = await head(session, tenant_id)
+    last = min(to_seq if to_seq is not None else head_seq, from_seq + MAX_VERIFY_ROWS - 1)
+    anchor = GENESIS if from_seq == 1 else await _row_hash(session, tenant_id, from_seq - 1)
+    params = {
+        "tenant_id": tenant_id,
+        "from_seq": from_seq,
+        "to_seq": last,
+        "anchor": anchor if anchor is not None else b"",
+    }
+    bad = (await session.execute(_FIRST_BAD, params)).one_or_none()
+    checked, last_seen = (await session.execute(_SUMMARY, params)).one()
+    first_bad, reason = (int(bad[0]), str(bad[1])) if bad else (None, None)
+    if first_bad is None and last >= from_seq and (last_seen or 0) < min(last, head_seq):
+        first_bad, reason = (last_seen or from_seq - 1) + 1, "missing_row"
+    checkpoint = await _check_checkpoints(session, tenant_id, from_seq, last)
+    if (
+        first_bad is None
+        and checkpoint is not None
+        and not (checkpoint.signature_valid and checkpoint.matches_chain)
+    ):
+        first_bad, reason = checkpoint.seq, "checkpoint_mismatch"
+    return VerifyReport(
+        from_seq=from_seq,
+        to_seq=last,
+        checked=int(checked),
+        first_bad_seq=first_bad,
+        reason=reason,
+        head_seq=head_seq,
+        head_hash=head_hash,
+        checkpoint=checkpoint,
+    )
+
+
+async def _check_checkpoints(
+    session: AsyncSession, tenant_id: uuid.UUID, from_seq: int, to_seq: int
+) -> CheckpointCheck | None:
+    """Every checkpoint in the range must carry a valid signature over the hash the chain has at
+    its seq. Answers the first one that does not, else the latest one."""
+    rows = (
+        await session.scalars(
+            select(AuditCheckpoint)
+            .where(
+                AuditCheckpoint.tenant_id == tenant_id,
+                AuditCheckpoint.seq.between(from_seq, to_seq),
+            )
+            .order_by(AuditCheckpoint.seq)
+        )
+    ).all()
+    if not rows:
+        return None
+    jwks = await public_keys(session)
+    stored = await session.execute(
+        select(AuditEvent.seq, AuditEvent.row_hash).where(
+            AuditEvent.tenant_id == tenant_id,
+            AuditEvent.seq.in_([row.seq for row in rows]),
+        )
+    )
+    chain = {int(seq): bytes(row_hash) for seq, row_hash in stored.all()}
+    result: CheckpointCheck | None = None
+    for row in rows:
+        payload = verify_signature(row.jws, jwks)
+        signed_hash = bytes.fromhex(payload["hash"]) if payload else b""
+        signature_valid = bool(
+            payload
+            and payload.get("tenant") == str(tenant_id)
+            and payload.get("seq") == row.seq
+            and signed_hash == bytes(row.row_hash)
+        )
+        in_chain = chain.get(row.seq)
+        result = CheckpointCheck(
+            seq=row.seq,
+            row_hash=signed_hash or bytes(row.row_hash),
+            jws=row.jws,
+            signature_valid=signature_valid,
+            matches_chain=in_chain is not None and bytes(in_chain) == signed_hash,
+        )
+        if not (result.signature_valid and result.matches_chain):
+            return result
+    return result
