@@ -17,7 +17,7 @@ import os
 import statistics
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any, cast
 
@@ -27,10 +27,11 @@ from bench.database import bench_database
 from service.app import create_app
 from service.embeddings.wordllama import WordLlamaEmbedder
 from service.identity.service import create_tenant
-from service.runtime import build_runtime
+from service.runtime import Runtime, build_runtime
 from service.settings import AuthSettings, DatabaseSettings, ServerSettings, Settings
 
 PUBLIC_URL = "http://localhost:8080"
+FORM = {"grant_type": "client_credentials"}
 TOPICS = ("deploy", "billing", "oncall", "database", "release", "incident", "customer", "api")
 
 
@@ -42,7 +43,7 @@ def _settings(url: str, data_dir: Path) -> Settings:
     )
 
 
-def _report(name: str, samples: list[float]) -> None:
+def report(name: str, samples: list[float]) -> None:
     p50 = statistics.median(samples)
     p95 = statistics.quantiles(samples, n=20)[18]
     print(f"{name:<28} p50 {p50:7.2f} ms  p95 {p95:7.2f} ms  (n={len(samples)})")
@@ -58,64 +59,88 @@ async def _timed(call: Callable[[int], Awaitable[httpx.Response]], count: int) -
     return samples
 
 
-async def run(url: str, memories: int, requests: int) -> None:
-    runtime = await build_runtime(
-        _settings(url, Path(tempfile.mkdtemp())), url, WordLlamaEmbedder()
+async def new_runtime(url: str) -> Runtime:
+    return await build_runtime(_settings(url, Path(tempfile.mkdtemp())), url, WordLlamaEmbedder())
+
+
+async def agent_credentials(client: httpx.AsyncClient, runtime: Runtime) -> tuple[str, str]:
+    """A fresh tenant and an agent client with read and write scopes in it."""
+    async with runtime.sessionmaker.begin() as session:
+        created = await create_tenant(session, "bench")
+    admin_auth = (str(created.client_id), created.client_secret)
+    admin = (await client.post("/oauth/token", data=FORM, auth=admin_auth)).json()
+    headers = {"Authorization": f"Bearer {admin['access_token']}"}
+    user = await client.post("/v1/principals", json={"display_name": "u"}, headers=headers)
+    registered = await client.post(
+        "/v1/clients",
+        json={
+            "principal_id": user.json()["id"],
+            "name": "agent",
+            "scopes": ["read:memory", "write:memory"],
+        },
+        headers=headers,
     )
+    return registered.json()["client"]["client_id"], registered.json()["client_secret"]
+
+
+async def bearer(client: httpx.AsyncClient, credentials: tuple[str, str]) -> dict[str, str]:
+    token = (await client.post("/oauth/token", data=FORM, auth=credentials)).json()
+    return {"Authorization": f"Bearer {token['access_token']}"}
+
+
+def write_body(i: int) -> dict[str, Any]:
+    topic = TOPICS[i % len(TOPICS)]
+    return {
+        "subject": f"service:{topic}",
+        "kind": "fact",
+        "key": f"{topic}.note.{i}",
+        "value": f"Note {i} about the {topic} process and who owns it",
+    }
+
+
+def search_body(i: int) -> dict[str, Any]:
+    return {"query": f"who owns the {TOPICS[i % len(TOPICS)]} process", "k": 10}
+
+
+async def run(url: str, memories: int, requests: int) -> None:
+    runtime = await new_runtime(url)
     app = create_app(runtime)
     transport = httpx.ASGITransport(app=cast(Any, app))
     async with httpx.AsyncClient(transport=transport, base_url=PUBLIC_URL) as client:
-        async with runtime.sessionmaker.begin() as session:
-            created = await create_tenant(session, "bench")
-        admin_auth = (str(created.client_id), created.client_secret)
-        form = {"grant_type": "client_credentials"}
-        admin = (await client.post("/oauth/token", data=form, auth=admin_auth)).json()
-        headers = {"Authorization": f"Bearer {admin['access_token']}"}
-        user = await client.post("/v1/principals", json={"display_name": "u"}, headers=headers)
-        registered = await client.post(
-            "/v1/clients",
-            json={
-                "principal_id": user.json()["id"],
-                "name": "agent",
-                "scopes": ["read:memory", "write:memory"],
-            },
-            headers=headers,
-        )
-        agent_auth = (registered.json()["client"]["client_id"], registered.json()["client_secret"])
-        token = (await client.post("/oauth/token", data=form, auth=agent_auth)).json()
-        agent = {"Authorization": f"Bearer {token['access_token']}"}
+        agent_auth = await agent_credentials(client, runtime)
+        agent = await bearer(client, agent_auth)
+        form = FORM
 
         async def write(i: int) -> httpx.Response:
-            topic = TOPICS[i % len(TOPICS)]
-            body = {
-                "subject": f"service:{topic}",
-                "kind": "fact",
-                "key": f"{topic}.note.{i}",
-                "value": f"Note {i} about the {topic} process and who owns it",
-            }
-            return await client.post("/v1/memories", json=body, headers=agent)
+            return await client.post("/v1/memories", json=write_body(i), headers=agent)
 
         async def search(i: int) -> httpx.Response:
-            query = {"query": f"who owns the {TOPICS[i % len(TOPICS)]} process", "k": 10}
-            return await client.post("/v1/memories/search", json=query, headers=agent)
+            return await client.post("/v1/memories/search", json=search_body(i), headers=agent)
 
         async def get_token(_: int) -> httpx.Response:
             return await client.post("/oauth/token", data=form, auth=agent_auth)
 
         await _timed(write, memories)  # fill the agent's space
-        _report("write (new key)", await _timed(lambda i: write(memories + i), requests))
-        _report(f"search k=10 over {memories + requests}", await _timed(search, requests))
-        _report("token (client credentials)", await _timed(get_token, min(requests, 50)))
+        report("write (new key)", await _timed(lambda i: write(memories + i), requests))
+        report(f"search k=10 over {memories + requests}", await _timed(search, requests))
+        report("token (client credentials)", await _timed(get_token, min(requests, 50)))
     await runtime.close()
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+def bench_main(
+    run: Callable[[str, int, int], Coroutine[Any, Any, None]], description: str | None
+) -> None:
+    """`--memories N --requests M` against a scratch database (embedded or DATABASE_URL)."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--memories", type=int, default=2000)
     parser.add_argument("--requests", type=int, default=300)
     args = parser.parse_args()
     with bench_database() as url:
         asyncio.run(run(url, args.memories, args.requests))
+
+
+def main() -> None:
+    bench_main(run, __doc__)
 
 
 if __name__ == "__main__":

@@ -8,11 +8,11 @@ import json
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg
 
@@ -22,6 +22,7 @@ from service.settings import Settings
 if TYPE_CHECKING:
     from service.runtime import Runtime
 
+T = TypeVar("T")
 ADMIN_CLIENT_FILE = "admin-client.json"
 ADMIN_SECRET_FILE = "admin-client.secret"  # noqa: S105 (a file name, not a secret)
 EMBEDDED_DATABASE = "memgate"
@@ -169,23 +170,29 @@ def cmd_revision(settings: Settings, message: str) -> int:
     return 0
 
 
-def cmd_rotate_keys(settings: Settings) -> int:
+def _with_keys(settings: Settings, job: Callable[[Any, Any], Awaitable[T]]) -> T:
+    """Run `job(sessionmaker, kek)` against the database as the app role, outside `serve`."""
     from service.auth.keys import KeyEncryptionKey
     from service.db.session import create_engine, create_sessionmaker
-    from service.runtime import rotate_signing_keys
 
-    async def rotate(url: str) -> str:
+    async def run(url: str) -> T:
         engine = create_engine(url, pool_size=1, role=settings.database.app_role)
         kek = KeyEncryptionKey.from_setting_or_file(
             settings.auth.key_encryption_key, settings.database.data_dir
         )
         try:
-            return await rotate_signing_keys(settings, create_sessionmaker(engine), kek)
+            return await job(create_sessionmaker(engine), kek)
         finally:
             await engine.dispose()
 
     with database_url(settings) as url:
-        kid = asyncio.run(rotate(url))
+        return asyncio.run(run(url))
+
+
+def cmd_rotate_keys(settings: Settings) -> int:
+    from service.runtime import rotate_signing_keys
+
+    kid = _with_keys(settings, lambda sessions, kek: rotate_signing_keys(settings, sessions, kek))
     print(f"active signing key is now {kid}")
     return 0
 
@@ -193,21 +200,8 @@ def cmd_rotate_keys(settings: Settings) -> int:
 def cmd_audit_checkpoint(settings: Settings) -> int:
     """For a CronJob (with MEMGATE_AUDIT_CHECKPOINT_SECONDS=0 on the API pods)."""
     from service.audit.checkpoints import run_checkpoints
-    from service.auth.keys import KeyEncryptionKey
-    from service.db.session import create_engine, create_sessionmaker
 
-    async def sign(url: str) -> int:
-        engine = create_engine(url, pool_size=1, role=settings.database.app_role)
-        kek = KeyEncryptionKey.from_setting_or_file(
-            settings.auth.key_encryption_key, settings.database.data_dir
-        )
-        try:
-            return await run_checkpoints(create_sessionmaker(engine), kek)
-        finally:
-            await engine.dispose()
-
-    with database_url(settings) as url:
-        made = asyncio.run(sign(url))
+    made = _with_keys(settings, run_checkpoints)
     print(f"signed {made} audit checkpoint(s)")
     return 0
 

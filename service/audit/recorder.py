@@ -32,6 +32,7 @@ from sqlalchemy.types import Text
 from service.audit.trail import AuditTrail, attach_trail
 from service.auth.principal import Principal
 from service.auth.tokens import VerifiedToken, presented_issuer
+from service.observability.logging import request_id_of
 from service.observability.telemetry import (
     AUDIT_APPEND_DURATION,
     http_method,
@@ -234,8 +235,7 @@ class _Call:
         attach_trail(scope, self.trail)
 
     def request_id(self) -> str:
-        bound = structlog.contextvars.get_contextvars().get("request_id")
-        return str(bound) if bound else uuid.uuid4().hex
+        return request_id_of(self.scope) or uuid.uuid4().hex
 
     async def finish(self, status: int) -> bool:
         """Record the call; False means it could not be recorded (answer 503 instead)."""

@@ -10,7 +10,8 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from typing import Any
+from collections.abc import MutableMapping
+from typing import Any, cast
 
 import structlog
 from litestar.enums import ScopeType
@@ -57,9 +58,18 @@ def _incoming_request_id(scope: Scope) -> str:
     for name, value in scope.get("headers", []):
         if name == _REQUEST_ID:
             candidate = value.decode("latin-1")[:64]
-            if candidate.replace("-", "").isalnum():
+            if candidate.isascii() and candidate.replace("-", "").isalnum():
                 return candidate
     return uuid.uuid4().hex
+
+
+_SCOPE_KEY = "memgate.request_id"
+
+
+def request_id_of(scope: MutableMapping[str, Any]) -> str | None:
+    """The id the request context middleware gave this request (echoed in `X-Request-Id`)."""
+    found = scope.get(_SCOPE_KEY)
+    return found if isinstance(found, str) else None
 
 
 def request_context_middleware(app: ASGIApp) -> ASGIApp:
@@ -68,6 +78,7 @@ def request_context_middleware(app: ASGIApp) -> ASGIApp:
             await app(scope, receive, send)
             return
         request_id = _incoming_request_id(scope)
+        cast(MutableMapping[str, Any], scope)[_SCOPE_KEY] = request_id
         structlog.contextvars.clear_contextvars()
         structlog.contextvars.bind_contextvars(request_id=request_id)
         started = time.perf_counter()

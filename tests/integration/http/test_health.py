@@ -31,6 +31,11 @@ async def test_every_response_carries_a_request_id(http: TestClient) -> None:
     assert response.headers["x-request-id"] == "abc-123"
     generated = (await http.get("/healthz")).headers["x-request-id"]
     assert len(generated) == 32
+    # Only ASCII letters, digits and dashes are echoed (the id is stored in audit rows).
+    for unfit in ("caf\xe9-1".encode("latin-1"), b"a b", b"id;drop"):
+        echoed = (await http.get("/healthz", headers={b"X-Request-Id": unfit})).headers
+        assert echoed["x-request-id"].encode("latin-1") != unfit
+        assert len(echoed["x-request-id"]) == 32
 
 
 @pytest.mark.parametrize(
