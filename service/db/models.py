@@ -16,6 +16,7 @@ from sqlalchemy import (
     Computed,
     DateTime,
     ForeignKeyConstraint,
+    Identity,
     Index,
     Integer,
     LargeBinary,
@@ -359,3 +360,58 @@ class AuditActor(Base):
     subject: Mapped[str] = mapped_column(Text, nullable=False)
     principal_id: Mapped[uuid.UUID | None] = mapped_column(UUID)
     first_seen_at: Mapped[datetime] = _now()
+
+
+class CasbinRule(Base):
+    """One line of the tenant's Casbin policy (`p`, `g` or `g2`), in the adapters' column
+    layout. Written only through the policy service, which recompiles `space_grants` in the
+    same transaction."""
+
+    __tablename__ = "casbin_rule"
+    __table_args__ = (
+        PrimaryKeyConstraint("tenant_id", "id"),
+        ForeignKeyConstraint(["tenant_id"], ["tenants.tenant_id"], ondelete="CASCADE"),
+        CheckConstraint(
+            "(ptype = 'p' AND v1 = tenant_id::text AND v3 IN ('read', 'write', 'delete')) "
+            "OR (ptype IN ('g', 'g2') AND v2 = tenant_id::text AND v3 IS NULL)",
+            name="shape",
+        ),
+        Index(
+            "uq_casbin_rule_line",
+            "tenant_id",
+            "ptype",
+            "v0",
+            "v1",
+            "v2",
+            text("coalesce(v3, '')"),
+            unique=True,
+        ),
+        Index("ix_casbin_rule_tenant_id_ptype_v0", "tenant_id", "ptype", "v0"),
+    )
+
+    tenant_id: Mapped[uuid.UUID] = mapped_column(UUID)
+    id: Mapped[int] = mapped_column(BigInteger, Identity())
+    ptype: Mapped[str] = mapped_column(Text, nullable=False)
+    v0: Mapped[str] = mapped_column(Text, nullable=False)
+    v1: Mapped[str] = mapped_column(Text, nullable=False)
+    v2: Mapped[str] = mapped_column(Text, nullable=False)
+    v3: Mapped[str | None] = mapped_column(Text)
+    v4: Mapped[str | None] = mapped_column(Text)
+    v5: Mapped[str | None] = mapped_column(Text)
+
+
+class SpaceGrant(Base):
+    """Compiled from `casbin_rule`: principal P may `action` in space S. Requests read this
+    table (in their own snapshot), never the rules."""
+
+    __tablename__ = "space_grants"
+    __table_args__ = (
+        PrimaryKeyConstraint("tenant_id", "principal_id", "action", "space_id"),
+        CheckConstraint("action IN ('read', 'write', 'delete')", name="action"),
+        Index("ix_space_grants_tenant_id_space_id_action", "tenant_id", "space_id", "action"),
+    )
+
+    tenant_id: Mapped[uuid.UUID] = mapped_column(UUID)
+    principal_id: Mapped[uuid.UUID] = mapped_column(UUID)
+    action: Mapped[str] = mapped_column(Text)
+    space_id: Mapped[uuid.UUID] = mapped_column(UUID)

@@ -36,6 +36,8 @@ from service.identity.schemas import (
     Role,
     RoleGrant,
 )
+from service.policy.compile import lock_policy, recompile
+from service.policy.rules import add_rules, personal_space_rules
 from service.problems import InsufficientScope
 
 LIST_LIMIT = 500
@@ -86,6 +88,13 @@ class IdentityService:
             raise ExternalSubjectTaken(
                 "Another principal already maps this external issuer and subject."
             ) from None
+        await lock_policy(self._session, self._tenant_id)
+        await add_rules(
+            self._session,
+            self._tenant_id,
+            personal_space_rules(principal.kind, principal.id, space.id),
+        )
+        await recompile(self._session, self._tenant_id)
         await self._session.refresh(principal)
         return _principal_out(principal, space.id)
 

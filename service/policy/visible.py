@@ -7,8 +7,8 @@ spaces are a subquery *inside* the statement, so grants and data are read in one
 a search is one round trip. No grants means an empty array, which matches nothing: never "no
 filter". A structural test fails if any other module selects, updates or deletes memory rows.
 
-Today's grants: each principal reads, writes and deletes in its own personal space. The policy
-issue replaces `_granted_spaces` with the compiled `space_grants` table; callers do not change.
+The grants are the compiled `space_grants` table (service/policy/compile.py): every principal
+starts with read, write and delete in its personal space; policy rules add the rest.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from sqlalchemy.dialects.postgresql import ARRAY, UUID
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.auth.principal import Principal
-from service.db.models import Memory, Space
+from service.db.models import Memory, SpaceGrant
 from service.observability.telemetry import span
 
 _UUID_ARRAY = ARRAY(UUID)
@@ -115,8 +115,9 @@ async def granted_space_ids(
 
 
 def _granted_spaces(principal: Principal, action: Action) -> Select[uuid.UUID]:
-    return sa_select(Space.id).where(
-        Space.tenant_id == principal.tenant_id,
-        Space.owner_id == principal.principal_id,
-        Space.kind == "personal",
+    """The compiled grants (service/policy/compile.py), read in the statement's snapshot."""
+    return sa_select(SpaceGrant.space_id.label("id")).where(
+        SpaceGrant.tenant_id == principal.tenant_id,
+        SpaceGrant.principal_id == principal.principal_id,
+        SpaceGrant.action == action.value,
     )

@@ -1,0 +1,74 @@
+"""Casbin rules → `space_grants`, in SQL, in the transaction that changed the rules.
+
+The semantics are policies/memgate_model.conf as pycasbin evaluates it (a property test checks
+the compiled grants against `enforce()` on random policies): a principal holds `action` on a
+space when a `p` rule grants it to the principal or to a team/role the principal reaches through
+`g` edges, on that space or on an ancestor it reaches through `g2` edges. pycasbin's role
+managers follow at most 10 links; the policy API refuses chains longer than 8, so the cap below
+never cuts a chain the API let in.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncSession
+
+CASBIN_MAX_HIERARCHY = 10
+"""pycasbin's default `max_hierarchy_level`, mirrored so compile and enforce agree."""
+
+_LOCK_TENANT = text("SELECT policy_version FROM tenants WHERE tenant_id = :tenant FOR UPDATE")
+_CLEAR = text("DELETE FROM space_grants WHERE tenant_id = :tenant")
+_COMPILE = text(
+    """
+    WITH RECURSIVE
+    roles(principal_id, role, depth) AS (
+        SELECT p.id, p.kind || ':' || p.id::text, 0
+          FROM principals p WHERE p.tenant_id = :tenant
+      UNION
+        SELECT r.principal_id, g.v1, r.depth + 1
+          FROM roles r
+          JOIN casbin_rule g ON g.tenant_id = :tenant AND g.ptype = 'g' AND g.v0 = r.role
+         WHERE r.depth < :max_depth
+    ),
+    ancestors(space_id, obj, depth) AS (
+        SELECT s.id, 'space:' || s.id::text, 0
+          FROM spaces s WHERE s.tenant_id = :tenant
+      UNION
+        SELECT a.space_id, e.v1, a.depth + 1
+          FROM ancestors a
+          JOIN casbin_rule e ON e.tenant_id = :tenant AND e.ptype = 'g2' AND e.v0 = a.obj
+         WHERE a.depth < :max_depth
+    )
+    INSERT INTO space_grants (tenant_id, principal_id, action, space_id)
+    SELECT DISTINCT :tenant, r.principal_id, p.v3, a.space_id
+      FROM roles r
+      JOIN casbin_rule p ON p.tenant_id = :tenant AND p.ptype = 'p' AND p.v0 = r.role
+      JOIN ancestors a ON a.obj = p.v2
+    """
+)
+_BUMP = text(
+    "UPDATE tenants SET policy_version = policy_version + 1 WHERE tenant_id = :tenant "
+    "RETURNING policy_version"
+)
+
+
+async def lock_policy(session: AsyncSession, tenant_id: uuid.UUID) -> None:
+    """Serialise the tenant's policy changes: the second writer waits, then compiles from a
+    snapshot that holds the first writer's rules (each statement reads what is committed)."""
+    await session.execute(_LOCK_TENANT, {"tenant": tenant_id})
+
+
+async def recompile(session: AsyncSession, tenant_id: uuid.UUID) -> int:
+    """Rebuild the tenant's grants from its rules; returns the new policy version. The caller
+    holds `lock_policy` and owns the transaction."""
+    params = {"tenant": tenant_id, "max_depth": CASBIN_MAX_HIERARCHY}
+    await session.execute(_CLEAR, params)
+    await session.execute(_COMPILE, params)
+    version = (await session.execute(_BUMP, params)).scalar_one()
+    await session.execute(
+        text("SELECT pg_notify('memgate_policy', :payload)"),
+        {"payload": f"{tenant_id}:{version}"},
+    )
+    return int(version)
