@@ -28,19 +28,36 @@ ADMIN_SECRET_FILE = "admin-client.secret"  # noqa: S105 (a file name, not a secr
 EMBEDDED_DATABASE = "memgate"
 
 
+@dataclass(frozen=True)
+class DatabaseUrls:
+    owner: str
+    """Runs the migrations (owns the tables)."""
+    app: str | None
+    """The app's login (a member of the app role only); None: provision it after migrating."""
+
+    def app_login(self, settings: Settings) -> str:
+        if self.app is not None:
+            return self.app
+        from service.db.roles import provision_app_login
+
+        return provision_app_login(self.owner, settings.database.app_role)
+
+
 @contextmanager
-def database_url(settings: Settings) -> Iterator[str]:
-    """`DATABASE_URL` when set (nothing is started); otherwise the embedded cluster, stopped
-    cleanly on exit."""
-    if settings.database.url:
-        yield settings.database.url
+def database_urls(settings: Settings) -> Iterator[DatabaseUrls]:
+    """`DATABASE_URL` (the app's login) and `MEMGATE_MIGRATION_DATABASE_URL` (the owner; default
+    the same URL) when set, nothing started; otherwise the embedded cluster, where the service
+    makes the app's login itself, stopped cleanly on exit."""
+    database = settings.database
+    if database.url:
+        yield DatabaseUrls(owner=database.migration_url or database.url, app=database.url)
         return
     from service.db.embedded import EmbeddedPostgres
 
-    embedded = EmbeddedPostgres(settings.database.data_dir)
+    embedded = EmbeddedPostgres(database.data_dir)
     admin_url = embedded.start()
     try:
-        yield _ensure_database(admin_url, EMBEDDED_DATABASE)
+        yield DatabaseUrls(owner=_ensure_database(admin_url, EMBEDDED_DATABASE), app=None)
     finally:
         embedded.stop()
 
@@ -145,18 +162,19 @@ def cmd_serve(settings: Settings) -> int:
     started = time.perf_counter()
     configure_logging(json_logs=settings.server.json_logs)
     configure_telemetry(settings.observability)
-    with database_url(settings) as url:
-        upgrade(url)
+    with database_urls(settings) as urls:
+        upgrade(urls.owner)
+        app_url = urls.app_login(settings)
         with suppress(KeyboardInterrupt):
-            asyncio.run(_serve(settings, url, started))
+            asyncio.run(_serve(settings, app_url, started))
     return 0
 
 
 def cmd_migrate(settings: Settings) -> int:
     from service.db.migrate import upgrade
 
-    with database_url(settings) as url:
-        upgrade(url)
+    with database_urls(settings) as urls:
+        upgrade(urls.owner)
     print("migrations at head")
     return 0
 
@@ -164,9 +182,9 @@ def cmd_migrate(settings: Settings) -> int:
 def cmd_revision(settings: Settings, message: str) -> int:
     from service.db.migrate import new_revision, upgrade
 
-    with database_url(settings) as url:
-        upgrade(url)
-        new_revision(url, message)
+    with database_urls(settings) as urls:
+        upgrade(urls.owner)
+        new_revision(urls.owner, message)
     return 0
 
 
@@ -185,8 +203,8 @@ def _with_keys(settings: Settings, job: Callable[[Any, Any], Awaitable[T]]) -> T
         finally:
             await engine.dispose()
 
-    with database_url(settings) as url:
-        return asyncio.run(run(url))
+    with database_urls(settings) as urls:
+        return asyncio.run(run(urls.app_login(settings)))
 
 
 def cmd_rotate_keys(settings: Settings) -> int:

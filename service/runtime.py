@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timedelta
 
+import structlog
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from service.audit.pseudonyms import Pseudonyms
@@ -15,6 +16,7 @@ from service.auth.issuer import IssuerConfig
 from service.auth.keys import KeyEncryptionKey, ensure_keys, published_jwks, rotate
 from service.auth.tokens import CachedKeySet, TokenVerifier, TrustedIssuer, http_jwks_fetcher
 from service.db.models import EMBEDDING_DIMENSIONS
+from service.db.roles import login_problems
 from service.db.session import create_engine, create_sessionmaker
 from service.embeddings import Embedder, EmbeddingFailed, EmbeddingInvalid, traced_embedder
 from service.observability.telemetry import instrument_engine
@@ -36,6 +38,8 @@ class Runtime:
     issuer: IssuerConfig
     embedded_keys: CachedKeySet
     pseudonyms: Pseudonyms
+    login_problems: list[str]
+    """Why the database login could leave the app role; `/readyz` fails while there are any."""
 
     async def close(self) -> None:
         await self.engine.dispose()
@@ -143,5 +147,18 @@ async def build_runtime(settings: Settings, database_url: str, embedder: Embedde
         kek=kek,
         issuer=issuer_config,
         embedded_keys=embedded_keys,
-        pseudonyms=Pseudonyms(sessionmaker, kek),
+        pseudonyms=Pseudonyms(kek),
+        login_problems=await _checked_login(engine),
     )
+
+
+async def _checked_login(engine: AsyncEngine) -> list[str]:
+    problems = await login_problems(engine)
+    if problems:
+        structlog.get_logger("memgate.startup").error(
+            "database_login_too_powerful",
+            problems=problems,
+            fix="log the app in as a member of the app role only; migrate with "
+            "MEMGATE_MIGRATION_DATABASE_URL (docs/architecture.md, Database roles)",
+        )
+    return problems

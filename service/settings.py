@@ -35,15 +35,19 @@ def _env_bool(name: str, default: bool) -> bool:
 class DatabaseSettings:
     """Where the data lives.
 
-    url: `DATABASE_URL`; empty means start the embedded PostgreSQL under `data_dir`.
+    url: `DATABASE_URL`; the app's login (a member of `app_role` only). Empty means start the
+        embedded PostgreSQL under `data_dir`, where the service makes that login itself.
+    migration_url: `MEMGATE_MIGRATION_DATABASE_URL`; the owner's login, for the migrations
+        (default: `url`, which then makes `/readyz` report the login as too powerful).
     data_dir: `MEMGATE_DATA_DIR`; persistent home of the embedded cluster and the bootstrap secret.
     pool_size: `MEMGATE_DB_POOL_SIZE`; connections per process.
     app_role: `MEMGATE_DB_APP_ROLE`; every app connection runs `SET ROLE` to it. The migrations
         create it without owning anything and without UPDATE/DELETE on the audit tables. In
-        production log in as a role that is only a member of it (docs/operations.md).
+        production log in as a role that is only a member of it (docs/architecture.md).
     """
 
     url: str = ""
+    migration_url: str = ""
     data_dir: Path = field(default_factory=lambda: Path(platformdirs.user_data_dir("memgate")))
     pool_size: int = 10
     app_role: str = "memgate_app"
@@ -52,6 +56,7 @@ class DatabaseSettings:
     def from_env(cls) -> DatabaseSettings:
         return cls(
             url=_env("DATABASE_URL", ""),
+            migration_url=_env("MEMGATE_MIGRATION_DATABASE_URL", ""),
             data_dir=Path(_env("MEMGATE_DATA_DIR", platformdirs.user_data_dir("memgate"))),
             pool_size=_env_int("MEMGATE_DB_POOL_SIZE", 10),
             app_role=_env("MEMGATE_DB_APP_ROLE", "memgate_app"),

@@ -33,7 +33,7 @@ from service.settings import (
     Settings,
 )
 from tests.fixtures.api import Api, TestClient
-from tests.fixtures.postgres import postgres_server, with_database
+from tests.fixtures.postgres import app_login, postgres_server, with_database
 
 TEMPLATE_DB = "memgate_test_template"
 PUBLIC_URL = "http://localhost:8080"
@@ -102,7 +102,7 @@ def settings(database_url: str, tmp_path: Path) -> Settings:
 
 @pytest.fixture
 async def runtime(settings: Settings, embedder: Embedder) -> AsyncIterator[Runtime]:
-    built = await build_runtime(settings, settings.database.url, embedder)
+    built = await build_runtime(settings, app_login(settings.database.url), embedder)
     yield built
     await built.close()
 

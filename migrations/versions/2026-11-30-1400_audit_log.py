@@ -72,7 +72,15 @@ CREATE TABLE audit_events (
     policy_version bigint,
     prev_hash bytea NOT NULL,
     row_hash bytea NOT NULL,
-    CONSTRAINT pk_audit_events PRIMARY KEY (tenant_id, seq, at)
+    CONSTRAINT pk_audit_events PRIMARY KEY (tenant_id, seq, at),
+    -- The canonical layout encodes one-dimensional arrays that start at 1; nothing else may be
+    -- stored (a reshaped array would hash alike in SQL and differently in the verifier).
+    CONSTRAINT ck_audit_events_flat_arrays CHECK (
+        coalesce(array_ndims(delegation), 1) = 1 AND coalesce(array_lower(delegation, 1), 1) = 1
+        AND coalesce(array_ndims(scopes), 1) = 1 AND coalesce(array_lower(scopes, 1), 1) = 1
+        AND coalesce(array_ndims(target_ids), 1) = 1
+        AND coalesce(array_lower(target_ids, 1), 1) = 1
+    )
 ) PARTITION BY RANGE (at);
 
 CREATE TABLE audit_heads (
@@ -176,19 +184,20 @@ DECLARE
     upper_bound timestamptz := lower_bound + interval '1 month';
     name text := 'audit_events_' || to_char(lower_bound AT TIME ZONE 'UTC', 'YYYY_MM');
 BEGIN
-    IF to_regclass(name) IS NOT NULL THEN
+    -- Schema-qualified: a temporary table of that name must not pass for the partition.
+    IF to_regclass('public.' || name) IS NOT NULL THEN
         RETURN;
     END IF;
     PERFORM pg_advisory_xact_lock(hashtextextended('memgate.audit.partition', 0));
-    IF to_regclass(name) IS NOT NULL THEN
+    IF to_regclass('public.' || name) IS NOT NULL THEN
         RETURN;
     END IF;
-    EXECUTE format('CREATE TABLE %I PARTITION OF audit_events FOR VALUES FROM (%L) TO (%L)',
-                   name, lower_bound, upper_bound);
-    EXECUTE format('CREATE TRIGGER audit_no_truncate BEFORE TRUNCATE ON %I '
-                   'FOR EACH STATEMENT EXECUTE FUNCTION audit_reject_mutation()', name);
-    EXECUTE format('ALTER TABLE %I ENABLE ALWAYS TRIGGER audit_no_truncate', name);
-    EXECUTE format('ALTER TABLE %I ENABLE ALWAYS TRIGGER audit_no_mutation', name);
+    EXECUTE format('CREATE TABLE public.%I PARTITION OF public.audit_events '
+                   'FOR VALUES FROM (%L) TO (%L)', name, lower_bound, upper_bound);
+    EXECUTE format('CREATE TRIGGER audit_no_truncate BEFORE TRUNCATE ON public.%I '
+                   'FOR EACH STATEMENT EXECUTE FUNCTION public.audit_reject_mutation()', name);
+    EXECUTE format('ALTER TABLE public.%I ENABLE ALWAYS TRIGGER audit_no_truncate', name);
+    EXECUTE format('ALTER TABLE public.%I ENABLE ALWAYS TRIGGER audit_no_mutation', name);
 END $$;
 
 -- This month and the next `ahead` months (the checkpoint job calls it so the append path
@@ -196,6 +205,9 @@ END $$;
 CREATE FUNCTION audit_ensure_partitions(ahead integer DEFAULT 2) RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
 BEGIN
+    IF ahead NOT BETWEEN 0 AND 12 THEN
+        RAISE EXCEPTION 'audit partitions are made at most 12 months ahead';
+    END IF;
     FOR i IN 0..ahead LOOP
         PERFORM audit_ensure_partition(now() + make_interval(months => i));
     END LOOP;
@@ -284,7 +296,7 @@ SELECT audit_ensure_partitions(2);
 
 
 def _grants() -> str:
-    data = ", ".join((*DATA_TABLES, "role_assignments", "audit_actors"))
+    data = ", ".join((*DATA_TABLES, "role_assignments"))
     return f"""
 DO $$ BEGIN
     IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '{APP_ROLE}') THEN
@@ -294,8 +306,10 @@ END $$;
 GRANT USAGE ON SCHEMA public TO {APP_ROLE};
 GRANT SELECT ON alembic_version TO {APP_ROLE};
 GRANT SELECT, INSERT, UPDATE, DELETE ON {data} TO {APP_ROLE};
-GRANT SELECT, INSERT ON audit_pseudonym_keys, audit_checkpoints TO {APP_ROLE};
-GRANT SELECT, INSERT, UPDATE ON audit_signing_keys TO {APP_ROLE};
+GRANT SELECT, INSERT ON audit_pseudonym_keys, audit_checkpoints, audit_signing_keys
+    TO {APP_ROLE};
+-- The actor map may gain rows and lose them (erasure); re-pointing a pseudonym is refused.
+GRANT SELECT, INSERT, DELETE ON audit_actors TO {APP_ROLE};
 GRANT SELECT ON audit_events, audit_heads TO {APP_ROLE};
 REVOKE ALL ON FUNCTION audit_append(uuid, text, text, text, text, text[], text, text, text[],
     text, text, text, uuid[], integer, text, text, integer, bigint) FROM PUBLIC;

@@ -16,7 +16,7 @@ from typing import Any, cast
 
 from joserfc import jws
 from joserfc.jwk import KeyParameters, OKPKey
-from sqlalchemy import func, select, text
+from sqlalchemy import select, text
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -123,16 +123,14 @@ async def sign_due_checkpoints(session: AsyncSession, kek: KeyEncryptionKey) -> 
     """A checkpoint for every chain that grew since its last one; returns how many were made.
     Also makes sure the coming months' audit partitions exist."""
     await session.execute(text("SELECT audit_ensure_partitions(2)"))
-    last = (
-        select(AuditCheckpoint.tenant_id, func.max(AuditCheckpoint.seq).label("seq"))
-        .group_by(AuditCheckpoint.tenant_id)
-        .subquery()
+    # Due: every head nobody has signed yet. (Not "above the highest checkpoint": a row planted
+    # with a huge seq would silence the signer for that tenant.)
+    signed = select(AuditCheckpoint.seq).where(
+        AuditCheckpoint.tenant_id == AuditHead.tenant_id, AuditCheckpoint.seq == AuditHead.seq
     )
     due = (
         await session.execute(
-            select(AuditHead.tenant_id, AuditHead.seq, AuditHead.row_hash)
-            .outerjoin(last, last.c.tenant_id == AuditHead.tenant_id)
-            .where(AuditHead.seq > func.coalesce(last.c.seq, 0))
+            select(AuditHead.tenant_id, AuditHead.seq, AuditHead.row_hash).where(~signed.exists())
         )
     ).all()
     if not due:

@@ -93,8 +93,9 @@ def row_hash(event: dict[str, Any]) -> str:
 def verify_events(
     events: Iterable[dict[str, Any]], checkpoint: dict[str, Any] | None = None
 ) -> Verdict:
-    """Walk the export in order. The first row must be seq 1 (genesis) unless the export starts
-    later, in which case its prev_hash is taken on trust and only the rest is checked."""
+    """Walk the export in order from seq 1 (genesis): an export that starts later cannot show
+    that nothing before it was removed. A checkpoint beyond the export's last row means rows
+    are missing (a truncated tail, or an incomplete export)."""
     checked = 0
     previous: dict[str, Any] | None = None
     hashes: dict[int, str] = {}
@@ -110,7 +111,10 @@ def verify_events(
     if checkpoint is not None:
         at = hashes.get(int(checkpoint["seq"]))
         confirmed = at is not None and at == checkpoint["hash"]
-        if at is not None and not confirmed:
+        if at is None:
+            last = _seq(previous) or 0
+            return Verdict(False, checked, last + 1, "missing_row", _seq(previous), None, False)
+        if not confirmed:
             return Verdict(
                 False,
                 checked,
@@ -124,11 +128,11 @@ def verify_events(
 
 
 def _judge(event: dict[str, Any], previous: dict[str, Any] | None) -> tuple[int, str] | None:
+    """The same order of checks as the server: numbering, the row's own hash, then its link."""
     seq = int(event["seq"])
-    if previous is None:
-        if seq == 1 and event["prev_hash"] != _ZERO_HASH:
-            return seq, "chain_broken"
-    else:
+    if previous is None and seq != 1:
+        return 1, "missing_row"
+    if previous is not None:
         before = int(previous["seq"])
         if seq == before:
             return seq, "duplicate_seq"
@@ -136,7 +140,8 @@ def _judge(event: dict[str, Any], previous: dict[str, Any] | None) -> tuple[int,
             return before + 1, "missing_row"
     if row_hash(event) != event["row_hash"]:
         return seq, "row_hash_mismatch"
-    if previous is not None and event["prev_hash"] != previous["row_hash"]:
+    expected_prev = _ZERO_HASH if previous is None else previous["row_hash"]
+    if event["prev_hash"] != expected_prev:
         return seq, "chain_broken"
     return None
 

@@ -15,7 +15,7 @@ import uuid
 
 from sqlalchemy import select
 from sqlalchemy.dialects.postgresql import insert
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.auth.keys import KeyEncryptionKey
 from service.db.models import AuditActor, AuditPseudonymKey
@@ -28,64 +28,68 @@ def _sealing_id(tenant_id: uuid.UUID) -> str:
 
 
 class Pseudonyms:
-    """Keys and mappings are written in their own short transactions (never the request's, which
-    may roll back) and cached per process."""
+    """Works inside the caller's transaction (the one that appends the audit row), so an audit
+    row never waits for a second pooled connection. Only what is known to be committed is
+    cached: a key or mapping this transaction inserted could still roll back."""
 
-    def __init__(self, sessionmaker: async_sessionmaker[AsyncSession], kek: KeyEncryptionKey):
-        self._sessionmaker = sessionmaker
+    def __init__(self, kek: KeyEncryptionKey):
         self._kek = kek
         self._keys: dict[uuid.UUID, bytes] = {}
         self._known: set[tuple[uuid.UUID, str]] = set()
 
-    async def of(self, tenant_id: uuid.UUID, subject: str, principal_id: uuid.UUID | None) -> str:
-        pseudonym = self.compute(await self.key(tenant_id), subject)
+    async def of(
+        self,
+        session: AsyncSession,
+        tenant_id: uuid.UUID,
+        subject: str,
+        principal_id: uuid.UUID | None,
+    ) -> str:
+        pseudonym = self.compute(await self.key(session, tenant_id), subject)
         if (tenant_id, pseudonym) not in self._known:
-            async with self._sessionmaker.begin() as session:
-                await session.execute(
-                    insert(AuditActor)
-                    .values(
-                        tenant_id=tenant_id,
-                        pseudonym=pseudonym,
-                        subject=subject,
-                        principal_id=principal_id,
-                    )
-                    .on_conflict_do_nothing()
+            inserted = await session.scalar(
+                insert(AuditActor)
+                .values(
+                    tenant_id=tenant_id,
+                    pseudonym=pseudonym,
+                    subject=subject,
+                    principal_id=principal_id,
                 )
-            if len(self._known) >= _KNOWN_LIMIT:
-                self._known.clear()
-            self._known.add((tenant_id, pseudonym))
+                .on_conflict_do_nothing()
+                .returning(AuditActor.pseudonym)
+            )
+            if inserted is None:  # it was there already: committed by an earlier call
+                if len(self._known) >= _KNOWN_LIMIT:
+                    self._known.clear()
+                self._known.add((tenant_id, pseudonym))
         return pseudonym
 
-    async def lookup(self, tenant_id: uuid.UUID, subject: str) -> str:
-        """The pseudonym a subject has (or would have), for filtering the log by actor."""
-        return self.compute(await self.key(tenant_id), subject)
+    async def lookup(self, session: AsyncSession, tenant_id: uuid.UUID, subject: str) -> str:
+        """The pseudonym a subject has (or would have), without recording it."""
+        return self.compute(await self.key(session, tenant_id), subject)
 
     @staticmethod
     def compute(key: bytes, subject: str) -> str:
         return hmac.new(key, subject.encode(), hashlib.sha256).hexdigest()
 
-    async def key(self, tenant_id: uuid.UUID) -> bytes:
+    async def key(self, session: AsyncSession, tenant_id: uuid.UUID) -> bytes:
         cached = self._keys.get(tenant_id)
         if cached is not None:
             return cached
-        async with self._sessionmaker.begin() as session:
-            sealed = await self._sealed_key(session, tenant_id)
-        key = self._kek.open(_sealing_id(tenant_id), sealed)
-        self._keys[tenant_id] = key
-        return key
-
-    async def _sealed_key(self, session: AsyncSession, tenant_id: uuid.UUID) -> bytes:
         query = select(AuditPseudonymKey.key_encrypted).where(
             AuditPseudonymKey.tenant_id == tenant_id
         )
         sealed = await session.scalar(query)
-        if sealed is None:
-            fresh = self._kek.seal(_sealing_id(tenant_id), os.urandom(32))
-            await session.execute(
-                insert(AuditPseudonymKey)
-                .values(tenant_id=tenant_id, key_encrypted=fresh)
-                .on_conflict_do_nothing()
-            )
-            sealed = await session.scalar(query)
-        assert sealed is not None  # inserted above, or by a concurrent first request
-        return sealed
+        if sealed is not None:
+            key = self._kek.open(_sealing_id(tenant_id), sealed)
+            self._keys[tenant_id] = key
+            return key
+        # First use: a concurrent first use waits on the primary key, then reads the winner's.
+        fresh = self._kek.seal(_sealing_id(tenant_id), os.urandom(32))
+        await session.execute(
+            insert(AuditPseudonymKey)
+            .values(tenant_id=tenant_id, key_encrypted=fresh)
+            .on_conflict_do_nothing()
+        )
+        sealed = await session.scalar(query)
+        assert sealed is not None
+        return self._kek.open(_sealing_id(tenant_id), sealed)

@@ -15,9 +15,11 @@ readiness, metrics scrapes) are not recorded.
 
 from __future__ import annotations
 
+import hashlib
+import re
 import time
 import uuid
-from collections.abc import MutableMapping
+from collections.abc import Iterable, MutableMapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +33,7 @@ from sqlalchemy.types import Text
 
 from service.audit.trail import AuditTrail, attach_trail
 from service.auth.principal import Principal
+from service.auth.scopes import ALL_SCOPES
 from service.auth.tokens import VerifiedToken, presented_issuer
 from service.observability.logging import request_id_of
 from service.observability.telemetry import (
@@ -136,6 +139,22 @@ def _bearer(scope: MutableMapping[str, Any]) -> str:
     return ""
 
 
+_PLAIN_ID = re.compile(r"[A-Za-z0-9._:/-]{1,128}")
+
+
+def plain_or_digest(value: str | None) -> str | None:
+    """Ids from tokens are issuer text: kept when they look like ids, else a digest (an email
+    in `client_id` or a token in `jti` must not land in the log)."""
+    if value is None or _PLAIN_ID.fullmatch(value):
+        return value
+    return "sha256:" + hashlib.sha256(value.encode()).hexdigest()[:16]
+
+
+def known_scopes(scopes: Iterable[str]) -> list[str]:
+    """Only scopes memgate defines: an external issuer's other scopes are free text."""
+    return sorted(set(scopes) & ALL_SCOPES)
+
+
 def _current_trace_id() -> str | None:
     from opentelemetry import trace
 
@@ -147,7 +166,9 @@ class _RowBuilder:
     def __init__(self, runtime: Runtime, trail: AuditTrail, scope: MutableMapping[str, Any]):
         self.runtime, self.trail, self.scope = runtime, trail, scope
 
-    async def build(self, status: int, reason: str | None, request_id: str) -> AuditRow:
+    async def build(
+        self, session: AsyncSession, status: int, reason: str | None, request_id: str
+    ) -> AuditRow:
         targets = list(dict.fromkeys(_path_ids(self.scope) + self.trail.targets))
         common: dict[str, Any] = {
             "request_id": request_id,
@@ -162,24 +183,26 @@ class _RowBuilder:
             "status": status,
             "latency_us": int((time.perf_counter() - self.trail.started) * 1_000_000),
         }
-        return AuditRow(**common, **(await self._who()))
+        return AuditRow(**common, **(await self._who(session)))
 
-    async def _who(self) -> dict[str, Any]:
+    async def _who(self, session: AsyncSession) -> dict[str, Any]:
         principal = self.scope.get("user")
         verified = self.scope.get("auth")
         if isinstance(principal, Principal) and isinstance(verified, VerifiedToken):
-            return await self._authenticated(principal, verified)
+            return await self._authenticated(session, principal, verified)
         issued = self.trail.issued
         if issued is not None:
             pseudonyms = self.runtime.pseudonyms
             return {
                 "tenant_id": issued.tenant_id,
-                "actor": await pseudonyms.of(issued.tenant_id, issued.subject, issued.principal_id),
+                "actor": await pseudonyms.of(
+                    session, issued.tenant_id, issued.subject, issued.principal_id
+                ),
                 "client_id": issued.client_id,
                 "delegation": [],
                 "token_id": issued.token_id,
                 "issuer": self.runtime.issuer.issuer,
-                "scopes": sorted(issued.scopes),
+                "scopes": known_scopes(issued.scopes),
             }
         return {
             "tenant_id": PLATFORM_TENANT,
@@ -191,7 +214,9 @@ class _RowBuilder:
             "scopes": [],
         }
 
-    async def _authenticated(self, principal: Principal, verified: VerifiedToken) -> dict[str, Any]:
+    async def _authenticated(
+        self, session: AsyncSession, principal: Principal, verified: VerifiedToken
+    ) -> dict[str, Any]:
         pseudonyms = self.runtime.pseudonyms
         tenant = principal.tenant_id
         delegation: list[str] = []
@@ -199,16 +224,16 @@ class _RowBuilder:
         while isinstance(act, dict) and len(delegation) < MAX_DELEGATION_DEPTH:
             sub = act.get("sub")
             if isinstance(sub, str):
-                delegation.append(await pseudonyms.lookup(tenant, sub))
+                delegation.append(await pseudonyms.lookup(session, tenant, sub))
             act = act.get("act")
         return {
             "tenant_id": tenant,
-            "actor": await pseudonyms.of(tenant, verified.subject, principal.principal_id),
-            "client_id": principal.client_id,
+            "actor": await pseudonyms.of(session, tenant, verified.subject, principal.principal_id),
+            "client_id": plain_or_digest(principal.client_id),
             "delegation": delegation,
-            "token_id": principal.token_id,
+            "token_id": plain_or_digest(principal.token_id),
             "issuer": principal.issuer,
-            "scopes": sorted(principal.scopes),
+            "scopes": known_scopes(principal.scopes),
         }
 
     def _presented_issuer(self) -> str | None:
@@ -219,8 +244,6 @@ class _RowBuilder:
             return None
         if self.runtime.verifier.trusts(iss):
             return iss
-        import hashlib
-
         return "untrusted:" + hashlib.sha256(iss.encode()).hexdigest()[:16]
 
 
@@ -237,66 +260,88 @@ class _Call:
     def request_id(self) -> str:
         return request_id_of(self.scope) or uuid.uuid4().hex
 
-    async def finish(self, status: int) -> bool:
-        """Record the call; False means it could not be recorded (answer 503 instead)."""
+    async def finish(self, status: int) -> ServiceUnavailable | None:
+        """Record the call. A problem means it could not be (answer that instead)."""
         self.finished = True
         session = self.trail.session
         if is_exempt(self.scope):
             await self._settle(session, commit=status < 400)
-            return True
+            return None
         builder = _RowBuilder(self.runtime, self.trail, self.scope)
         if status < 400 and session is not None:
-            try:
-                row = await builder.build(status, None, self.request_id())
-                await append(session, row, path="in_request")
-                await session.commit()
-                return True
-            except Exception as exc:
-                _log.error("audit_in_request_failed", error_type=type(exc).__name__)
-                await self._settle(session, commit=False)
-                await self._separately(builder, 503, ServiceUnavailable.slug)
-                return False
+            return await self._with_the_call(builder, session, status)
         await self._settle(session, commit=False)
-        return await self._separately(builder, status, None)
+        return None if await self._separately(builder, status, None) else NOT_RECORDED
+
+    async def _with_the_call(
+        self, builder: _RowBuilder, session: AsyncSession, status: int
+    ) -> ServiceUnavailable | None:
+        """The row in the call's own transaction, committed with the call's writes."""
+        try:
+            row = await builder.build(session, status, None, self.request_id())
+            await append(session, row, path="in_request")
+        except Exception as exc:  # any failure: the call must not succeed unrecorded
+            _log.error("audit_in_request_failed", error_type=type(exc).__name__)
+            await self._settle(session, commit=False)
+            await self._separately(builder, 503, "audit-unavailable")
+            return NOT_RECORDED
+        try:
+            await session.commit()
+        except Exception as exc:  # the reply to COMMIT was lost or refused: outcome unknown
+            _log.error("audit_commit_failed", error_type=type(exc).__name__)
+            await self._separately(builder, 503, "commit-unconfirmed")
+            return NOT_CONFIRMED
+        return None
 
     async def _separately(self, builder: _RowBuilder, status: int, reason: str | None) -> bool:
         try:
-            row = await builder.build(status, reason, self.request_id())
             async with self.runtime.sessionmaker.begin() as session:
+                row = await builder.build(session, status, reason, self.request_id())
                 await append(session, row, path="separate")
             return True
-        except Exception as exc:
+        except Exception as exc:  # reported to the caller as 503
             _log.error("audit_append_failed", error_type=type(exc).__name__)
             return False
 
     @staticmethod
     async def _settle(session: AsyncSession | None, *, commit: bool) -> None:
+        """End the call's transaction; a failure to roll back (a dead connection) must not stop
+        the call being audited, and what was not committed is gone either way."""
         if session is None or not session.in_transaction():
             return
-        if commit:
-            await session.commit()
-        else:
-            await session.rollback()
+        try:
+            if commit:
+                await session.commit()
+            else:
+                await session.rollback()
+        except Exception as exc:
+            _log.error("request_transaction_end_failed", error_type=type(exc).__name__)
+            if commit:
+                raise
 
     async def close(self) -> None:
         if self.trail.session is not None:
             await self.trail.session.close()
 
 
-_UNAVAILABLE = ServiceUnavailable(
+NOT_RECORDED = ServiceUnavailable(
     "The call could not be recorded in the audit log, so it was not carried out (nothing was "
     "changed). Retry later."
 )
+NOT_CONFIRMED = ServiceUnavailable(
+    "The database did not confirm the commit of this call and its audit row, so its outcome is "
+    "unknown. Read the resource before you retry a write."
+)
 
 
-async def _send_unavailable(send: Send, path: str) -> None:
+async def _send_unavailable(send: Send, path: str, problem: ServiceUnavailable) -> None:
     import json
 
-    body = json.dumps(_UNAVAILABLE.to_body(instance=path)).encode()
+    body = json.dumps(problem.to_body(instance=path)).encode()
     await send(
         {
             "type": "http.response.start",
-            "status": _UNAVAILABLE.status,
+            "status": problem.status,
             "headers": [
                 (b"content-type", b"application/problem+json"),
                 (b"content-length", str(len(body)).encode()),
@@ -319,9 +364,10 @@ def audit_recorder(app: ASGIApp, runtime: Runtime) -> ASGIApp:
         async def audited_send(message: Message) -> None:
             nonlocal replaced
             if message["type"] == "http.response.start" and not call.finished:
-                if not await call.finish(message["status"]):
+                problem = await call.finish(message["status"])
+                if problem is not None:
                     replaced = True
-                    await _send_unavailable(send, scope.get("path", ""))
+                    await _send_unavailable(send, scope.get("path", ""), problem)
                     return
             elif replaced:
                 return

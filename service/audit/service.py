@@ -14,7 +14,7 @@ import msgspec
 from sqlalchemy import Select, exists, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from service.audit.checkpoints import public_keys
+from service.audit.checkpoints import public_keys, verify_signature
 from service.audit.problems import AuditFilterInvalid, AuditorRoleRequired, NoCheckpoint
 from service.audit.pseudonyms import Pseudonyms
 from service.audit.schemas import (
@@ -172,12 +172,16 @@ class AuditService:
         )
 
     async def latest_checkpoint(self) -> CheckpointOut:
-        row = await self.session.scalar(
+        """The newest checkpoint whose signature verifies (a row without one is not handed out
+        as a checkpoint; verify reports it)."""
+        jwks = await public_keys(self.session)
+        candidates = await self.session.scalars(
             select(AuditCheckpoint)
             .where(AuditCheckpoint.tenant_id == self.tenant_id)
             .order_by(AuditCheckpoint.seq.desc())
-            .limit(1)
+            .limit(20)
         )
+        row = next((c for c in candidates if self._signed(c, jwks)), None)
         if row is None:
             raise NoCheckpoint("No checkpoint has been signed for this tenant yet; retry later.")
         return CheckpointOut(
@@ -188,6 +192,14 @@ class AuditService:
             kid=row.kid,
             jws=row.jws,
         )
+
+    def _signed(self, row: AuditCheckpoint, jwks: dict[str, Any]) -> bool:
+        payload = verify_signature(row.jws, jwks)
+        return payload is not None and (
+            payload.get("tenant"),
+            payload.get("seq"),
+            payload.get("hash"),
+        ) == (str(self.tenant_id), row.seq, bytes(row.row_hash).hex())
 
     async def keys(self) -> dict[str, Any]:
         return await public_keys(self.session)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 
-from sqlalchemy import select, text
+from sqlalchemy import func, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.audit.checkpoints import public_keys, verify_signature
@@ -26,7 +26,14 @@ _FIRST_BAD = text(
         SELECT e.seq, e.prev_hash, e.row_hash,
                sha256(e.prev_hash || convert_to(audit_canonical(e), 'UTF8')) AS computed,
                lag(e.seq) OVER w AS before_seq,
-               lag(e.row_hash) OVER w AS before_hash
+               lag(e.row_hash) OVER w AS before_hash,
+               -- What the canonical layout can encode (a superuser may drop the CHECK).
+               coalesce(array_ndims(e.delegation), 1) = 1
+                 AND coalesce(array_lower(e.delegation, 1), 1) = 1
+                 AND coalesce(array_ndims(e.scopes), 1) = 1
+                 AND coalesce(array_lower(e.scopes, 1), 1) = 1
+                 AND coalesce(array_ndims(e.target_ids), 1) = 1
+                 AND coalesce(array_lower(e.target_ids, 1), 1) = 1 AS flat
           FROM audit_events e
          WHERE e.tenant_id = :tenant_id AND e.seq BETWEEN :from_seq AND :to_seq
         WINDOW w AS (ORDER BY e.seq, e.at)
@@ -40,7 +47,7 @@ _FIRST_BAD = text(
                  WHEN before_seq IS NULL AND seq <> :from_seq THEN 'missing_row'
                  WHEN before_seq IS NOT NULL AND seq = before_seq THEN 'duplicate_seq'
                  WHEN before_seq IS NOT NULL AND seq > before_seq + 1 THEN 'missing_row'
-                 WHEN computed <> row_hash THEN 'row_hash_mismatch'
+                 WHEN computed <> row_hash OR NOT flat THEN 'row_hash_mismatch'
                  WHEN prev_hash <> coalesce(before_hash, :anchor) THEN 'chain_broken'
                END AS reason
           FROM ranged
@@ -113,6 +120,8 @@ async def verify_range(
     first_bad, reason = (int(bad[0]), str(bad[1])) if bad else (None, None)
     if first_bad is None and last >= from_seq and (last_seen or 0) < min(last, head_seq):
         first_bad, reason = (last_seen or from_seq - 1) + 1, "missing_row"
+    if first_bad is None and last >= head_seq:  # the range reaches the end of the chain
+        first_bad, reason = await _check_end(session, tenant_id, last_seen, head_seq, head_hash)
     checkpoint = await _check_checkpoints(session, tenant_id, from_seq, last)
     if (
         first_bad is None
@@ -130,6 +139,26 @@ async def verify_range(
         head_hash=head_hash,
         checkpoint=checkpoint,
     )
+
+
+async def _check_end(
+    session: AsyncSession,
+    tenant_id: uuid.UUID,
+    last_seen: int | None,
+    head_seq: int,
+    head_hash: bytes | None,
+) -> tuple[int | None, str | None]:
+    """The chain's end: rows must reach every signed checkpoint (a truncated tail, even with the
+    head moved back, is missing rows) and the head must name the last row."""
+    top_checkpoint = await session.scalar(
+        select(func.max(AuditCheckpoint.seq)).where(AuditCheckpoint.tenant_id == tenant_id)
+    )
+    last = last_seen or 0
+    if last < max(head_seq, top_checkpoint or 0):
+        return last + 1, "missing_row"
+    if head_seq and head_hash != await _row_hash(session, tenant_id, head_seq):
+        return head_seq, "head_mismatch"
+    return None, None
 
 
 async def _check_checkpoints(

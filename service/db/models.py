@@ -272,6 +272,14 @@ class AuditEvent(Base):
     __tablename__ = "audit_events"
     __table_args__ = (
         PrimaryKeyConstraint("tenant_id", "seq", "at"),
+        CheckConstraint(
+            "coalesce(array_ndims(delegation), 1) = 1 "
+            "AND coalesce(array_lower(delegation, 1), 1) = 1 "
+            "AND coalesce(array_ndims(scopes), 1) = 1 AND coalesce(array_lower(scopes, 1), 1) = 1 "
+            "AND coalesce(array_ndims(target_ids), 1) = 1 "
+            "AND coalesce(array_lower(target_ids, 1), 1) = 1",
+            name="flat_arrays",
+        ),
         {"postgresql_partition_by": "RANGE (at)"},
     )
 

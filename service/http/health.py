@@ -28,4 +28,7 @@ class HealthController(Controller):
             return Response({"status": "database unreachable"}, status_code=503)
         if not ready:
             return Response({"status": "migrations not at head"}, status_code=503)
+        if runtime.login_problems:
+            # The app could leave its non-owner role (RESET ROLE): audit and RLS guards are void.
+            return Response({"status": "database login too powerful"}, status_code=503)
         return Response({"status": "ready"})

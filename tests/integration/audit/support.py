@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import uuid
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -39,3 +43,21 @@ async def owner_execute(engine: AsyncEngine, *statements: str, **params: Any) ->
     async with engine.begin() as conn:
         for statement in statements:
             await conn.execute(text(statement), params)
+
+
+def run_verify_cli(
+    tmp_path: Path,
+    events: list[dict[str, Any]],
+    checkpoint: dict[str, Any] | None = None,
+    keys: dict[str, Any] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """`memgate audit verify` on files, as an auditor runs it."""
+    export = tmp_path / "export.ndjson"
+    export.write_text("".join(json.dumps(event) + "\n" for event in events))
+    command = [sys.executable, "-m", "service", "audit", "verify", str(export)]
+    if checkpoint is not None and keys is not None:
+        (tmp_path / "checkpoint.json").write_text(json.dumps(checkpoint))
+        (tmp_path / "keys.json").write_text(json.dumps(keys))
+        command += ["--checkpoint", str(tmp_path / "checkpoint.json")]
+        command += ["--keys", str(tmp_path / "keys.json")]
+    return subprocess.run(command, capture_output=True, text=True, check=False)  # noqa: S603

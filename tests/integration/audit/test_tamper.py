@@ -4,21 +4,25 @@ superuser does anyway is found by verify (and by the independent verifier) at th
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
+from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from service.app import create_app
 from service.audit.checkpoints import run_checkpoints
 from service.audit.independent import verify_events
+from service.embeddings import Embedder
+from service.runtime import build_runtime
+from service.settings import Settings
+from tests.conftest import PUBLIC_URL
 from tests.fixtures.api import Api
-from tests.integration.audit.support import auditor_get, owner_execute
+from tests.integration.audit.support import auditor_get, owner_execute, run_verify_cli
 
 ROWS = 8
 
@@ -99,6 +103,42 @@ async def test_the_app_role_owns_nothing_and_bypasses_nothing(api: Api) -> None:
 @pytest.mark.parametrize(
     "statement",
     [
+        "DELETE FROM audit_events",
+        "ALTER TABLE audit_events DISABLE TRIGGER audit_no_mutation",
+        "DELETE FROM audit_heads",
+        "SET ROLE postgres",
+    ],
+)
+async def test_leaving_the_app_role_gains_nothing(api: Api, statement: str) -> None:
+    """The app logs in as a member of memgate_app, not as the owner: RESET ROLE lands on a
+    login with the same privileges (red-team finding: it used to land on the superuser)."""
+    await _chain(api)
+    async with api.runtime.engine.connect() as conn:
+        await conn.execute(text("RESET ROLE"))
+        who = (await conn.execute(text("SELECT session_user, current_user"))).one()
+        assert tuple(who) == ("memgate_api", "memgate_api")
+        with pytest.raises(DBAPIError, match=r"permission denied|must be owner"):
+            await conn.execute(text(statement))
+    assert api.runtime.login_problems == []
+
+
+async def test_an_owner_login_is_reported_and_readyz_fails(
+    settings: Settings, embedder: Embedder
+) -> None:
+    owner_runtime = await build_runtime(settings, settings.database.url, embedder)
+    try:
+        assert "the database login is a superuser" in owner_runtime.login_problems
+        async with AsyncTestClient(app=create_app(owner_runtime), base_url=PUBLIC_URL) as http:
+            ready = await http.get("/readyz")
+        assert ready.status_code == 503
+        assert ready.json() == {"status": "database login too powerful"}
+    finally:
+        await owner_runtime.close()
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
         "UPDATE audit_events SET status = 200",
         "DELETE FROM audit_events",
         "TRUNCATE audit_events",
@@ -141,26 +181,9 @@ async def test_an_untouched_chain_verifies_against_its_checkpoint(api: Api, tmp_
     assert verdict.checkpoint_confirmed is True
     # The command itself, on files, as an auditor would run it.
     keys = (await auditor_get(api, "/v1/audit/keys")).json()
-    outcome = _run_cli(tmp_path, exported, checkpoint, keys)
+    outcome = run_verify_cli(tmp_path, exported, checkpoint, keys)
     assert outcome.returncode == 0, outcome.stdout + outcome.stderr
     assert json.loads(outcome.stdout)["ok"] is True
-
-
-def _run_cli(
-    tmp_path: Path,
-    events: list[dict[str, Any]],
-    checkpoint: dict[str, Any] | None = None,
-    keys: dict[str, Any] | None = None,
-) -> subprocess.CompletedProcess[str]:
-    export = tmp_path / "export.ndjson"
-    export.write_text("".join(json.dumps(event) + "\n" for event in events))
-    command = [sys.executable, "-m", "service", "audit", "verify", str(export)]
-    if checkpoint is not None and keys is not None:
-        (tmp_path / "checkpoint.json").write_text(json.dumps(checkpoint))
-        (tmp_path / "keys.json").write_text(json.dumps(keys))
-        command += ["--checkpoint", str(tmp_path / "checkpoint.json")]
-        command += ["--keys", str(tmp_path / "keys.json")]
-    return subprocess.run(command, capture_output=True, text=True, check=False)  # noqa: S603
 
 
 TAMPERING = {
@@ -245,6 +268,6 @@ async def test_a_consistent_rewrite_is_caught_by_the_checkpoint(
 
     exported = await _export(api)
     assert verify_events(exported).ok  # internally consistent...
-    outcome = _run_cli(tmp_path, exported, checkpoint, keys)
+    outcome = run_verify_cli(tmp_path, exported, checkpoint, keys)
     assert outcome.returncode == 1
     assert json.loads(outcome.stdout)["reason"] == "checkpoint_mismatch"  # ...but not the past

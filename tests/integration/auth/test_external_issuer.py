@@ -26,6 +26,7 @@ from service.runtime import build_runtime
 from service.settings import ExternalIssuer
 from tests.conftest import PUBLIC_URL, make_settings
 from tests.fixtures.api import Agent, Api
+from tests.fixtures.postgres import app_login
 from tests.integration.auth.forge import (
     assert_token_rejected,
     attacker_key,
@@ -123,7 +124,7 @@ async def idp_app(
         external_issuers=(ExternalIssuer(issuer=IDP, audience="memgate", jwks_url=idp.url),),
         **auth,
     )
-    runtime = await build_runtime(settings, database_url, embedder)
+    runtime = await build_runtime(settings, app_login(database_url), embedder)
     try:
         async with AsyncTestClient(app=create_app(runtime), base_url=PUBLIC_URL) as client:
             yield await Api.bootstrap(client, runtime)

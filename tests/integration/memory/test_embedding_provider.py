@@ -19,6 +19,7 @@ from service.runtime import build_runtime
 from service.settings import Settings
 from tests.conftest import PUBLIC_URL
 from tests.fixtures.api import Api
+from tests.fixtures.postgres import app_login
 from tests.integration.memory.support import assert_problem, count_memories
 
 Vectorizer = Callable[[int], list[float]]
@@ -61,7 +62,7 @@ async def provider_api(settings: Settings, provider: FakeProvider) -> AsyncItera
         retries=0,
         transport=httpx.MockTransport(provider.handle),
     )
-    runtime = await build_runtime(settings, settings.database.url, embedder)
+    runtime = await build_runtime(settings, app_login(settings.database.url), embedder)
     try:
         async with AsyncTestClient(app=create_app(runtime), base_url=PUBLIC_URL) as http:
             yield await Api.bootstrap(http, runtime)

@@ -1,0 +1,59 @@
+"""Who the app is in the database.
+
+The migrations run as the owner. The app logs in as a role that is only a *member* of the
+non-owner role `memgate_app` (INHERIT): it has that role's privileges and nothing to return to,
+so `RESET ROLE` gains nothing. The embedded cluster and the test cluster trust local
+connections, so the service makes that login itself (`provision_app_login`); in production the
+operator creates it and gives it to the app as `DATABASE_URL`, with the owner's URL in
+`MEMGATE_MIGRATION_DATABASE_URL`.
+"""
+
+from __future__ import annotations
+
+import psycopg
+from psycopg import sql
+from sqlalchemy import text
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+APP_LOGIN = "memgate_api"
+
+_LOGIN_PROBLEMS = text(
+    """
+    SELECT r.rolsuper, r.rolbypassrls, r.rolcreaterole,
+           pg_has_role(session_user, c.relowner, 'USAGE') AS can_become_owner
+      FROM pg_roles r, pg_class c
+     WHERE r.rolname = session_user AND c.oid = 'audit_events'::regclass
+    """
+)
+
+
+def provision_app_login(owner_url: str, app_role: str, login: str = APP_LOGIN) -> str:
+    """As the owner: make `login` (LOGIN, member of `app_role`, nothing else) if it is missing,
+    and return the owner's URL with that user and no password."""
+    with psycopg.connect(owner_url, autocommit=True) as conn:
+        if not conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (login,)).fetchone():
+            conn.execute(
+                sql.SQL(
+                    "CREATE ROLE {} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOBYPASSRLS "
+                    "INHERIT IN ROLE {}"
+                ).format(sql.Identifier(login), sql.Identifier(app_role))
+            )
+    url = make_url(owner_url).set(username=login, password=None)
+    return url.render_as_string(hide_password=False)
+
+
+async def login_problems(engine: AsyncEngine) -> list[str]:
+    """Why the app's login could leave the app role (empty when it cannot)."""
+    async with engine.connect() as conn:
+        row = (await conn.execute(_LOGIN_PROBLEMS)).one()
+    found = []
+    if row.rolsuper:
+        found.append("the database login is a superuser")
+    if row.rolbypassrls:
+        found.append("the database login bypasses row-level security")
+    if row.rolcreaterole:
+        found.append("the database login may create roles")
+    if row.can_become_owner:
+        found.append("the database login can act as the owner of the tables")
+    return found
