@@ -28,6 +28,7 @@ from service.memory.controller import MemoryController
 from service.observability.logging import request_context_middleware
 from service.observability.metrics import MetricsController
 from service.observability.telemetry import otel_asgi
+from service.policy.controller import PermissionController, SpaceController, TeamController
 from service.runtime import Runtime
 from service.settings import ServerSettings
 
@@ -89,6 +90,9 @@ def create_app(runtime: Runtime | None = None) -> Litestar:
             PrincipalController,
             ClientController,
             AuditController,
+            TeamController,
+            SpaceController,
+            PermissionController,
         ],
         dependencies={
             "db": Provide(provide_db),

@@ -1,4 +1,5 @@
-"""Policy rules (casbin_rule, one row per p / g / g2 line) and the grants compiled from them.
+"""Policy rules (casbin_rule, one row per p / g / g2 line), the grants compiled from them, and
+teams (names for the `team:<uuid>` subjects of the rules).
 
 `casbin_rule` keeps the columns of the Casbin SQLAlchemy adapters (ptype, v0..v5) with the
 tenant leading the key; a CHECK ties the rule's domain to that tenant and a unique index stops
@@ -55,7 +56,17 @@ CREATE TABLE space_grants (
 CREATE INDEX ix_space_grants_tenant_id_space_id_action ON space_grants
     (tenant_id, space_id, action);
 
-GRANT SELECT, INSERT, UPDATE, DELETE ON casbin_rule, space_grants TO memgate_app;
+CREATE TABLE teams (
+    tenant_id uuid NOT NULL,
+    id uuid NOT NULL,
+    name text NOT NULL,
+    created_at timestamptz NOT NULL DEFAULT now(),
+    CONSTRAINT pk_teams PRIMARY KEY (tenant_id, id),
+    CONSTRAINT fk_teams_tenant_id_tenants FOREIGN KEY (tenant_id)
+        REFERENCES tenants (tenant_id) ON DELETE CASCADE
+);
+
+GRANT SELECT, INSERT, UPDATE, DELETE ON casbin_rule, space_grants, teams TO memgate_app;
 GRANT USAGE ON SEQUENCE casbin_rule_id_seq TO memgate_app;
 """
 
@@ -67,4 +78,4 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.execute("SET LOCAL lock_timeout = '5s'")
-    op.execute("DROP TABLE space_grants, casbin_rule")
+    op.execute("DROP TABLE teams, space_grants, casbin_rule")

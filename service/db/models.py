@@ -423,3 +423,18 @@ class SpaceGrant(Base):
     principal_id: Mapped[uuid.UUID] = mapped_column(UUID)
     action: Mapped[str] = mapped_column(Text)
     space_id: Mapped[uuid.UUID] = mapped_column(UUID)
+
+
+class Team(Base):
+    """A named group of principals; membership is a `g` rule (`g, user:<id>, team:<id>, t`)."""
+
+    __tablename__ = "teams"
+    __table_args__ = (
+        PrimaryKeyConstraint("tenant_id", "id"),
+        ForeignKeyConstraint(["tenant_id"], ["tenants.tenant_id"], ondelete="CASCADE"),
+    )
+
+    tenant_id: Mapped[uuid.UUID] = mapped_column(UUID)
+    id: Mapped[uuid.UUID] = mapped_column(UUID)
+    name: Mapped[str] = mapped_column(Text, nullable=False)
+    created_at: Mapped[datetime] = _now()

@@ -37,7 +37,7 @@ from service.identity.schemas import (
     RoleGrant,
 )
 from service.policy.compile import lock_policy, recompile
-from service.policy.rules import add_rules, personal_space_rules
+from service.policy.rules import POLICY_ADMIN, Rule, add_rules, personal_space_rules
 from service.problems import InsufficientScope
 
 LIST_LIMIT = 500
@@ -307,6 +307,9 @@ async def create_tenant(session: AsyncSession, name: str) -> BootstrapResult:
     identity = IdentityService(session, tenant.tenant_id)
     admin = await identity.create_principal(PrincipalCreate(kind="user", display_name="admin"))
     await identity.grant_role(admin.id, "auditor")
+    await lock_policy(session, tenant.tenant_id)
+    await add_rules(session, tenant.tenant_id, [Rule("g", f"user:{admin.id}", POLICY_ADMIN)])
+    await recompile(session, tenant.tenant_id)
     founder = _Founder(admin.id, ALL_SCOPES)
     created = await identity.create_client(
         founder,

@@ -14,6 +14,10 @@ class SpaceNotFound(Problem, slug="space-not-found", status=404, title="Space no
     """The target space does not exist or the caller cannot write there."""
 
 
+class SpaceReadOnly(Problem, slug="space-read-only", status=403, title="Space is read-only"):
+    """The caller may read the space but holds no write grant there."""
+
+
 class ValueTooLong(Problem, slug="value-too-long", status=422, title="Value too long"):
     """The memory value exceeds the configured maximum length."""
 

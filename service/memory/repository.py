@@ -122,6 +122,18 @@ async def insert(session: AsyncSession, row: Memory) -> Memory:
     return row
 
 
+async def readable_sources(
+    session: AsyncSession, scope: Visible, ids: list[uuid.UUID]
+) -> list[tuple[uuid.UUID, uuid.UUID, list[uuid.UUID]]]:
+    """(id, space, read_requires) of the given memories the caller may read (any version)."""
+    rows = await session.execute(
+        scope.select(
+            Memory.id, Memory.space_id, Memory.read_requires, include_superseded=True
+        ).where(Memory.id.in_(ids))
+    )
+    return [(row[0], row[1], list(row[2])) for row in rows.all()]
+
+
 async def get(session: AsyncSession, scope: Visible, memory_id: uuid.UUID) -> Memory | None:
     found: Memory | None = await session.scalar(
         scope.select(Memory, include_superseded=True).where(Memory.id == memory_id)

@@ -52,6 +52,9 @@ class MemoryCreate(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     metadata: dict[str, Any] | None = None
     source: Source | None = None
     space_id: uuid.UUID | None = None
+    derived_from: Annotated[list[uuid.UUID], msgspec.Meta(max_length=100)] = []
+    """Memories this one was derived from (ids you can read). It is then visible only to
+    those who can read every source: its `read_requires` holds their spaces."""
 
 
 class SearchFilters(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):

@@ -22,6 +22,7 @@ from service.memory.problems import (
     MemoryNotFound,
     NoWritableSpace,
     SpaceNotFound,
+    SpaceReadOnly,
     ValueTooLong,
 )
 from service.memory.repository import KeyRef, MemoryFilters, Version
@@ -37,7 +38,7 @@ from service.memory.schemas import (
     Status,
 )
 from service.observability.telemetry import SEARCH_DURATION, span, timed
-from service.policy.visible import Action, granted_space_ids, visible
+from service.policy.visible import Action, granted_space_ids, personal_space_id, visible
 from service.problems import BadCursor, InvalidRequest
 from service.settings import MemorySettings
 
@@ -60,19 +61,20 @@ class MemoryService:
 
     async def write(self, principal: Principal, data: MemoryCreate) -> MemoryWritten:
         self._check_value(data)
-        writable = await granted_space_ids(self._session, principal, Action.WRITE)
         ref = KeyRef(
             principal.tenant_id,
-            self._target_space(writable, data.space_id),
+            await self._target_space(principal, data.space_id),
             data.subject,
             data.kind,
             data.key,
         )
+        read_requires = await self._inherited_scope(principal, data.derived_from)
         scope = visible(principal, Action.WRITE)
         [vector] = await self._embedder.embed([data.value])
         now = await repository.lock_key(self._session, ref)
         previous = await repository.newest_version(self._session, scope, ref)
         row = self._new_row(principal, data, ref, vector, now, previous)
+        row.derived_from, row.read_requires = list(dict.fromkeys(data.derived_from)), read_requires
         superseded = await repository.supersede_live(
             self._session, scope, ref, new_id=row.id, at=now, valid_from=row.valid_from
         )
@@ -152,14 +154,45 @@ class MemoryService:
         if data.valid_from is not None:
             check_valid_from(data.valid_from)
 
-    def _target_space(self, writable: list[uuid.UUID], requested: uuid.UUID | None) -> uuid.UUID:
+    async def _inherited_scope(
+        self, principal: Principal, derived_from: list[uuid.UUID]
+    ) -> list[uuid.UUID]:
+        """The spaces a derived memory's reader must also be able to read: every source's
+        space and everything its own sources required. An unreadable source is 404."""
+        if not derived_from:
+            return []
+        wanted = list(dict.fromkeys(derived_from))
+        found = await repository.readable_sources(
+            self._session, visible(principal, Action.READ), wanted
+        )
+        readable = {source_id for source_id, _, _ in found}
+        for source_id in wanted:
+            if source_id not in readable:
+                raise MemoryNotFound(not_found_detail(source_id))
+        required = {space for _, space, _ in found}
+        required.update(space for _, _, inherited in found for space in inherited)
+        return sorted(required)
+
+    async def _target_space(self, principal: Principal, requested: uuid.UUID | None) -> uuid.UUID:
+        """The named space if the caller may write there (an invisible space is 404, a visible
+        read-only one 403); by default the caller's personal space."""
+        writable = await granted_space_ids(self._session, principal, Action.WRITE)
         if requested is not None:
-            if requested not in writable:
-                raise SpaceNotFound(f"Space {requested} does not exist or is not writable by you.")
-            return requested
+            if requested in writable:
+                return requested
+            if requested in await granted_space_ids(self._session, principal, Action.READ):
+                raise SpaceReadOnly(f"You may read space {requested} but not write there.")
+            raise SpaceNotFound(f"Space {requested} does not exist or is not writable by you.")
+        personal = await personal_space_id(self._session, principal)
+        if personal in writable:
+            return personal
+        if len(writable) == 1:
+            return writable[0]
         if not writable:
             raise NoWritableSpace("You have no space to write memories into; ask an admin.")
-        return writable[0]
+        raise NoWritableSpace(
+            "You may write into several spaces but not into a personal one: name 'space_id'."
+        )
 
     def _k(self, requested: int | None) -> int:
         k = self._limits.default_k if requested is None else requested

@@ -24,6 +24,8 @@ NAME = re.compile(rf"(?:(?:user|agent|service|team|space):{_UUID}|role:[a-z][a-z
 MAX_CHAIN = 8
 """Longest chain of `g` (membership) or `g2` (sub-space) links the API accepts."""
 ACTIONS = ("read", "write", "delete")
+POLICY_ADMIN = "role:policy_admin"
+"""Members (directly or through teams) may change the tenant's policy (with `manage:policy`)."""
 
 Ptype = Literal["p", "g", "g2"]
 
@@ -47,10 +49,22 @@ class Rule:
     def row(self, tenant_id: uuid.UUID) -> dict[str, object]:
         domain = str(tenant_id)
         if self.ptype == "p":
-            return {"tenant_id": tenant_id, "ptype": "p", "v0": self.subject, "v1": domain,
-                    "v2": self.target, "v3": self.action}  # fmt: skip
-        return {"tenant_id": tenant_id, "ptype": self.ptype, "v0": self.subject,
-                "v1": self.target, "v2": domain, "v3": None}  # fmt: skip
+            return {
+                "tenant_id": tenant_id,
+                "ptype": "p",
+                "v0": self.subject,
+                "v1": domain,
+                "v2": self.target,
+                "v3": self.action,
+            }
+        return {
+            "tenant_id": tenant_id,
+            "ptype": self.ptype,
+            "v0": self.subject,
+            "v1": self.target,
+            "v2": domain,
+            "v3": None,
+        }
 
 
 async def add_rules(session: AsyncSession, tenant_id: uuid.UUID, rules: Iterable[Rule]) -> None:

@@ -38,7 +38,7 @@ from sqlalchemy.dialects.postgresql import ARRAY, UUID
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.auth.principal import Principal
-from service.db.models import Memory, SpaceGrant
+from service.db.models import Memory, Space, SpaceGrant
 from service.observability.telemetry import span
 
 _UUID_ARRAY = ARRAY(UUID)
@@ -121,3 +121,15 @@ def _granted_spaces(principal: Principal, action: Action) -> Select[uuid.UUID]:
         SpaceGrant.principal_id == principal.principal_id,
         SpaceGrant.action == action.value,
     )
+
+
+async def personal_space_id(session: AsyncSession, principal: Principal) -> uuid.UUID | None:
+    """The caller's own space (where writes go unless they name another)."""
+    found: uuid.UUID | None = await session.scalar(
+        sa_select(Space.id).where(
+            Space.tenant_id == principal.tenant_id,
+            Space.owner_id == principal.principal_id,
+            Space.kind == "personal",
+        )
+    )
+    return found

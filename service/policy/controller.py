@@ -1,0 +1,180 @@
+"""Routes of the policy API: teams and membership, spaces, grants (`manage:policy` and the
+role:policy_admin grant), and what a principal may do or who may use a space (`read:policy`)."""
+
+from __future__ import annotations
+
+from litestar import Controller, Request, delete, get, post, put
+from litestar.datastructures import State
+from litestar.params import FromPath, JSONBody
+from litestar.status_codes import HTTP_201_CREATED
+
+from service.audit.trail import trail_of
+from service.auth.guards import requires
+from service.auth.principal import Principal
+from service.auth.scopes import Scope
+from service.auth.tokens import VerifiedToken
+from service.http.deps import Db
+from service.http.params import parse_id
+from service.policy.schemas import (
+    Permissions,
+    PolicyAction,
+    PolicyChange,
+    SpaceAccess,
+    SpaceCreate,
+    SpaceCreated,
+    SpaceList,
+    TeamCreate,
+    TeamList,
+    TeamOut,
+)
+from service.policy.service import PolicyService
+
+AuthedRequest = Request[Principal, VerifiedToken, State]
+_MANAGE = [requires(Scope.MANAGE_POLICY)]
+_READ = [requires(Scope.READ_POLICY)]
+
+
+async def _admin(request: AuthedRequest, db: Db) -> PolicyService:
+    service = PolicyService(db, request.user)
+    await service.require_policy_admin()
+    return service
+
+
+class TeamController(Controller):
+    path = "/v1/teams"
+    tags = ["policy"]
+
+    @post("/", status_code=HTTP_201_CREATED, guards=_MANAGE, opt={"action": "policy.team.create"})
+    async def create_team(
+        self, request: AuthedRequest, data: JSONBody[TeamCreate], db: Db
+    ) -> TeamOut:
+        """Create a team. Members and grants are added separately."""
+        team = await (await _admin(request, db)).create_team(data)
+        trail_of(request).add_targets([team.id])
+        return team
+
+    @get("/", guards=_MANAGE, opt={"action": "policy.team.list"})
+    async def list_teams(self, request: AuthedRequest, db: Db) -> TeamList:
+        """The teams of your tenant (first 500)."""
+        items = await (await _admin(request, db)).list_teams()
+        trail_of(request).count(len(items))
+        return TeamList(items=items)
+
+    @put(
+        "/{team_id:str}/members/{principal_id:str}",
+        status_code=200,
+        guards=_MANAGE,
+        opt={"action": "policy.team.add_member"},
+    )
+    async def add_member(
+        self, request: AuthedRequest, team_id: FromPath[str], principal_id: FromPath[str], db: Db
+    ) -> PolicyChange:
+        """Add a principal to a team; it gains the team's grants on its next request."""
+        service = await _admin(request, db)
+        return await service.add_member(parse_id(team_id), parse_id(principal_id))
+
+    @delete(
+        "/{team_id:str}/members/{principal_id:str}",
+        status_code=200,
+        guards=_MANAGE,
+        opt={"action": "policy.team.remove_member"},
+    )
+    async def remove_member(
+        self, request: AuthedRequest, team_id: FromPath[str], principal_id: FromPath[str], db: Db
+    ) -> PolicyChange:
+        """Remove a principal from a team; it loses the team's grants on its next request."""
+        service = await _admin(request, db)
+        return await service.remove_member(parse_id(team_id), parse_id(principal_id))
+
+
+class SpaceController(Controller):
+    path = "/v1/spaces"
+    tags = ["policy"]
+
+    @post("/", status_code=HTTP_201_CREATED, guards=_MANAGE, opt={"action": "policy.space.create"})
+    async def create_space(
+        self, request: AuthedRequest, data: JSONBody[SpaceCreate], db: Db
+    ) -> SpaceCreated:
+        """Create a team or tenant-wide space, optionally under a parent (a sub-space inherits
+        its parent's grants). Nobody may use it until it is granted."""
+        created = await (await _admin(request, db)).create_space(data)
+        trail_of(request).add_targets([created.space.id])
+        return created
+
+    @get("/", guards=_MANAGE, opt={"action": "policy.space.list"})
+    async def list_spaces(self, request: AuthedRequest, db: Db) -> SpaceList:
+        """The spaces of your tenant, personal ones included (first 1000)."""
+        items = await (await _admin(request, db)).list_spaces()
+        trail_of(request).count(len(items))
+        return SpaceList(items=items)
+
+    @put(
+        "/{space_id:str}/grants/{action:str}/{subject:str}",
+        status_code=200,
+        guards=_MANAGE,
+        opt={"action": "policy.grant"},
+    )
+    async def grant(
+        self,
+        request: AuthedRequest,
+        space_id: FromPath[str],
+        action: FromPath[PolicyAction],
+        subject: FromPath[str],
+        db: Db,
+    ) -> PolicyChange:
+        """Let `subject` (user:|agent:|service:|team:<id> or role:<name>) `action` in the
+        space and its sub-spaces. Granting what is granted changes nothing but the version."""
+        return await (await _admin(request, db)).grant(parse_id(space_id), action, subject)
+
+    @delete(
+        "/{space_id:str}/grants/{action:str}/{subject:str}",
+        status_code=200,
+        guards=_MANAGE,
+        opt={"action": "policy.revoke"},
+    )
+    async def revoke(
+        self,
+        request: AuthedRequest,
+        space_id: FromPath[str],
+        action: FromPath[PolicyAction],
+        subject: FromPath[str],
+        db: Db,
+    ) -> PolicyChange:
+        """Take a grant away; it stops working on the very next request."""
+        return await (await _admin(request, db)).revoke(parse_id(space_id), action, subject)
+
+    @get(
+        "/{space_id:str}/access/{action:str}",
+        guards=_READ,
+        opt={"action": "policy.space.access"},
+    )
+    async def access(
+        self,
+        request: AuthedRequest,
+        space_id: FromPath[str],
+        action: FromPath[PolicyAction],
+        db: Db,
+    ) -> SpaceAccess:
+        """Who may `action` in this space (needs `read:policy`)."""
+        result = await PolicyService(db, request.user).access(parse_id(space_id), action)
+        trail_of(request).count(len(result.principal_ids))
+        return result
+
+
+class PermissionController(Controller):
+    path = "/v1/principals"
+    tags = ["policy"]
+
+    @get(
+        "/{principal_id:str}/permissions",
+        guards=_READ,
+        opt={"action": "policy.permissions"},
+    )
+    async def permissions(
+        self, request: AuthedRequest, principal_id: FromPath[str], db: Db
+    ) -> Permissions:
+        """What this principal may do in your tenant, and the chain of rules behind each grant
+        (needs `read:policy`)."""
+        result = await PolicyService(db, request.user).permissions(parse_id(principal_id))
+        trail_of(request).count(len(result.permissions))
+        return result

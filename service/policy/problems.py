@@ -1,0 +1,31 @@
+"""Problems of the policy API."""
+
+from __future__ import annotations
+
+from service.problems import Problem
+
+
+class PolicyAdminRequired(
+    Problem, slug="policy-admin-required", status=403, title="Policy admin required"
+):
+    """Changing policy needs the `manage:policy` scope and the `role:policy_admin` grant in the
+    tenant (the bootstrap admin holds it)."""
+
+
+class TeamNotFound(Problem, slug="team-not-found", status=404, title="Team not found"):
+    """No team with this id in your tenant."""
+
+
+class SpaceUnknown(Problem, slug="space-unknown", status=404, title="Space not found"):
+    """No space with this id in your tenant."""
+
+
+class PolicyNameInvalid(
+    Problem, slug="policy-name-invalid", status=422, title="Invalid policy name"
+):
+    """A subject must be a typed, exact name: user:|agent:|service:|team:<uuid> or
+    role:<lowercase word>, naming something that exists in your tenant."""
+
+
+class PolicyTooDeep(Problem, slug="policy-too-deep", status=422, title="Policy chain too deep"):
+    """Membership and sub-space chains may have at most 8 links (and no cycles)."""

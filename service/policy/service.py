@@ -1,0 +1,288 @@
+"""Teams, spaces and grants: every change writes Casbin lines and recompiles the tenant's
+grants in the caller's transaction (services never commit; the request commits with its audit
+row), and answers the new policy version."""
+
+from __future__ import annotations
+
+import uuid
+from collections import defaultdict
+
+from sqlalchemy import delete, select, text
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from service.auth.principal import Principal as Caller
+from service.db.base import uuid7
+from service.db.models import CasbinRule, Principal, Space, SpaceGrant, Team, Tenant
+from service.identity.problems import PrincipalNotFound
+from service.policy.compile import CASBIN_MAX_HIERARCHY, lock_policy, recompile
+from service.policy.problems import (
+    PolicyAdminRequired,
+    PolicyNameInvalid,
+    PolicyTooDeep,
+    SpaceUnknown,
+    TeamNotFound,
+)
+from service.policy.rules import (
+    MAX_CHAIN,
+    NAME,
+    POLICY_ADMIN,
+    Rule,
+    add_rules,
+    longest_chain,
+    principal_name,
+    space_name,
+)
+from service.policy.schemas import (
+    Permission,
+    Permissions,
+    PolicyAction,
+    PolicyChange,
+    Reason,
+    SpaceAccess,
+    SpaceCreate,
+    SpaceCreated,
+    SpaceOut,
+    TeamCreate,
+    TeamOut,
+)
+
+_REACHES = text(
+    """
+    WITH RECURSIVE r(role, depth) AS (
+        SELECT CAST(:name AS text), 0
+      UNION
+        SELECT g.v1, r.depth + 1 FROM r
+          JOIN casbin_rule g ON g.tenant_id = :tenant AND g.ptype = 'g' AND g.v0 = r.role
+         WHERE r.depth < :max_depth
+    )
+    SELECT EXISTS (SELECT 1 FROM r WHERE role = :target)
+    """
+)
+_EXPLAIN = text(
+    """
+    WITH RECURSIVE
+    roles(role, path, depth) AS (
+        SELECT CAST(:name AS text), ARRAY[CAST(:name AS text)], 0
+      UNION ALL
+        SELECT g.v1, r.path || g.v1, r.depth + 1 FROM roles r
+          JOIN casbin_rule g ON g.tenant_id = :tenant AND g.ptype = 'g' AND g.v0 = r.role
+         WHERE r.depth < :max_depth AND NOT g.v1 = ANY(r.path)
+    ),
+    ancestors(space_id, obj, path, depth) AS (
+        SELECT s.id, 'space:' || s.id::text, ARRAY['space:' || s.id::text], 0
+          FROM spaces s WHERE s.tenant_id = :tenant
+      UNION ALL
+        SELECT a.space_id, e.v1, a.path || e.v1, a.depth + 1 FROM ancestors a
+          JOIN casbin_rule e ON e.tenant_id = :tenant AND e.ptype = 'g2' AND e.v0 = a.obj
+         WHERE a.depth < :max_depth AND NOT e.v1 = ANY(a.path)
+    )
+    SELECT a.space_id, p.v3 AS action, r.path AS via_subjects, a.path AS via_spaces
+      FROM roles r
+      JOIN casbin_rule p ON p.tenant_id = :tenant AND p.ptype = 'p' AND p.v0 = r.role
+      JOIN ancestors a ON a.obj = p.v2
+     ORDER BY a.space_id, p.v3, cardinality(r.path), cardinality(a.path)
+    """
+)
+
+
+class PolicyService:
+    def __init__(self, session: AsyncSession, caller: Caller):
+        self._session = session
+        self._caller = caller
+        self._tenant_id = caller.tenant_id
+
+    async def require_policy_admin(self) -> None:
+        name = await self._principal_name(self._caller.principal_id)
+        params = {
+            "tenant": self._tenant_id,
+            "name": name,
+            "target": POLICY_ADMIN,
+            "max_depth": CASBIN_MAX_HIERARCHY,
+        }
+        if not (await self._session.execute(_REACHES, params)).scalar_one():
+            raise PolicyAdminRequired(
+                "Changing policy needs 'manage:policy' and the role:policy_admin grant in "
+                "your tenant; ask a policy admin to add you to it."
+            )
+
+    # teams ------------------------------------------------------------------------------
+
+    async def create_team(self, data: TeamCreate) -> TeamOut:
+        team = Team(tenant_id=self._tenant_id, id=uuid7(), name=data.name)
+        self._session.add(team)
+        await self._session.flush()
+        return _team_out(team)
+
+    async def list_teams(self) -> list[TeamOut]:
+        rows = await self._session.scalars(
+            select(Team).where(Team.tenant_id == self._tenant_id).order_by(Team.id).limit(500)
+        )
+        return [_team_out(team) for team in rows]
+
+    async def add_member(self, team_id: uuid.UUID, principal_id: uuid.UUID) -> PolicyChange:
+        team = await self._team(team_id)
+        member = await self._principal_name(principal_id)
+        return await self._change(add=[Rule("g", member, f"team:{team.id}")])
+
+    async def remove_member(self, team_id: uuid.UUID, principal_id: uuid.UUID) -> PolicyChange:
+        team = await self._team(team_id)
+        member = await self._principal_name(principal_id)
+        return await self._change(remove=[Rule("g", member, f"team:{team.id}")])
+
+    # spaces -----------------------------------------------------------------------------
+
+    async def create_space(self, data: SpaceCreate) -> SpaceCreated:
+        if data.parent_id is not None:
+            await self._space(data.parent_id)
+        space = Space(
+            tenant_id=self._tenant_id,
+            id=uuid7(),
+            kind=data.kind,
+            name=data.name,
+            parent_id=data.parent_id,
+        )
+        self._session.add(space)
+        await self._session.flush()
+        rules = []
+        if data.parent_id is not None:
+            rules.append(Rule("g2", space_name(space.id), space_name(data.parent_id)))
+        change = await self._change(add=rules)
+        return SpaceCreated(space=_space_out(space), policy_version=change.policy_version)
+
+    async def list_spaces(self) -> list[SpaceOut]:
+        rows = await self._session.scalars(
+            select(Space).where(Space.tenant_id == self._tenant_id).order_by(Space.id).limit(1000)
+        )
+        return [_space_out(space) for space in rows]
+
+    # grants -----------------------------------------------------------------------------
+
+    async def grant(self, space_id: uuid.UUID, action: PolicyAction, subject: str) -> PolicyChange:
+        await self._space(space_id)
+        await self._check_subject(subject)
+        return await self._change(add=[Rule("p", subject, space_name(space_id), action)])
+
+    async def revoke(self, space_id: uuid.UUID, action: PolicyAction, subject: str) -> PolicyChange:
+        await self._space(space_id)
+        await self._check_subject(subject)
+        return await self._change(remove=[Rule("p", subject, space_name(space_id), action)])
+
+    # read:policy ------------------------------------------------------------------------
+
+    async def permissions(self, principal_id: uuid.UUID) -> Permissions:
+        """What the principal may do, and each chain of rules behind it."""
+        name = await self._principal_name(principal_id)
+        params = {"tenant": self._tenant_id, "name": name, "max_depth": CASBIN_MAX_HIERARCHY}
+        rows = (await self._session.execute(_EXPLAIN, params)).all()
+        reasons: dict[tuple[uuid.UUID, str], list[Reason]] = defaultdict(list)
+        for space_id, action, via_subjects, via_spaces in rows:
+            reasons[(space_id, action)].append(
+                Reason(via_subjects=list(via_subjects), via_spaces=list(via_spaces))
+            )
+        return Permissions(
+            principal_id=principal_id,
+            policy_version=await self._version(),
+            permissions=[
+                Permission(space_id=space_id, action=action, reasons=found)  # type: ignore[arg-type]
+                for (space_id, action), found in reasons.items()
+            ],
+        )
+
+    async def access(self, space_id: uuid.UUID, action: PolicyAction) -> SpaceAccess:
+        """Who may `action` in the space (from the compiled grants)."""
+        await self._space(space_id)
+        rows = await self._session.scalars(
+            select(SpaceGrant.principal_id)
+            .where(
+                SpaceGrant.tenant_id == self._tenant_id,
+                SpaceGrant.space_id == space_id,
+                SpaceGrant.action == action,
+            )
+            .order_by(SpaceGrant.principal_id)
+        )
+        return SpaceAccess(
+            space_id=space_id,
+            action=action,
+            policy_version=await self._version(),
+            principal_ids=list(rows),
+        )
+
+    # internals --------------------------------------------------------------------------
+
+    async def _change(
+        self, *, add: list[Rule] | None = None, remove: list[Rule] | None = None
+    ) -> PolicyChange:
+        await lock_policy(self._session, self._tenant_id)
+        await add_rules(self._session, self._tenant_id, add or [])
+        for rule in remove or []:
+            await self._remove(rule)
+        for ptype in {rule.ptype for rule in add or []} & {"g", "g2"}:
+            if await longest_chain(self._session, self._tenant_id, ptype) > MAX_CHAIN:
+                raise PolicyTooDeep(
+                    f"That change makes a {'membership' if ptype == 'g' else 'sub-space'} "
+                    f"chain longer than {MAX_CHAIN} links (or a cycle); nothing was changed."
+                )
+        return PolicyChange(policy_version=await recompile(self._session, self._tenant_id))
+
+    async def _remove(self, rule: Rule) -> None:
+        row = rule.row(self._tenant_id)
+        same_line = [
+            getattr(CasbinRule, column) == row[column]
+            for column in ("tenant_id", "ptype", "v0", "v1", "v2")
+        ]
+        v3 = CasbinRule.v3.is_(None) if row["v3"] is None else CasbinRule.v3 == row["v3"]
+        await self._session.execute(delete(CasbinRule).where(*same_line, v3))
+
+    async def _version(self) -> int:
+        version = await self._session.scalar(
+            select(Tenant.policy_version).where(Tenant.tenant_id == self._tenant_id)
+        )
+        return int(version or 0)
+
+    async def _team(self, team_id: uuid.UUID) -> Team:
+        team = await self._session.get(Team, (self._tenant_id, team_id))
+        if team is None:
+            raise TeamNotFound(f"No team {team_id} in your tenant.")
+        return team
+
+    async def _space(self, space_id: uuid.UUID) -> Space:
+        space = await self._session.get(Space, (self._tenant_id, space_id))
+        if space is None:
+            raise SpaceUnknown(f"No space {space_id} in your tenant.")
+        return space
+
+    async def _principal_name(self, principal_id: uuid.UUID) -> str:
+        row = await self._session.get(Principal, (self._tenant_id, principal_id))
+        if row is None:
+            raise PrincipalNotFound(f"No principal {principal_id} in your tenant.")
+        return principal_name(row.kind, row.id)
+
+    async def _check_subject(self, subject: str) -> None:
+        """A typed, exact name of something in this tenant (roles are just names)."""
+        if not NAME.fullmatch(subject) or subject.startswith("space:"):
+            raise PolicyNameInvalid(
+                f"'{subject[:100]}' is not a subject: use user:|agent:|service:|team:<uuid> "
+                "or role:<lowercase word>."
+            )
+        kind, _, raw_id = subject.partition(":")
+        if kind == "role":
+            return
+        if kind == "team":
+            await self._team(uuid.UUID(raw_id))
+            return
+        if await self._principal_name(uuid.UUID(raw_id)) != subject:
+            raise PolicyNameInvalid(f"Principal {raw_id} is not a {kind}.")
+
+
+def _team_out(team: Team) -> TeamOut:
+    return TeamOut(id=team.id, name=team.name, subject=f"team:{team.id}")
+
+
+def _space_out(space: Space) -> SpaceOut:
+    return SpaceOut(
+        id=space.id,
+        name=space.name,
+        kind=space.kind,
+        parent_id=space.parent_id,
+        owner_id=space.owner_id,
+    )
