@@ -15,12 +15,19 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
+
+from service.auth.principal import Principal
 
 if TYPE_CHECKING:
     from service.runtime import Runtime
 
 _SCOPE_KEY = "memgate.audit"
+_NAME_CALLER = text(
+    "SELECT set_config('memgate.tenant_id', :tenant, true), "
+    "set_config('memgate.principal_id', :principal, true)"
+)
 MAX_TARGETS = 1000
 """A row names at most this many target ids (a search answers at most `max_k` hits)."""
 
@@ -48,11 +55,18 @@ class AuditTrail:
     presented_client_id: str | None = None
     session: AsyncSession | None = None
 
-    async def request_session(self) -> AsyncSession:
-        """The request's one transaction, begun on first use; the recorder commits it."""
+    async def request_session(self, caller: Principal | None) -> AsyncSession:
+        """The request's one transaction, begun on first use; the recorder commits it. The
+        caller is named in transaction-local settings, which the row-level security policies
+        on memories read (no caller: no memory row is visible)."""
         if self.session is None:
             self.session = self.runtime.sessionmaker()
             await self.session.begin()
+            if caller is not None:
+                await self.session.execute(
+                    _NAME_CALLER,
+                    {"tenant": str(caller.tenant_id), "principal": str(caller.principal_id)},
+                )
         return self.session
 
     def add_targets(self, ids: Iterable[uuid.UUID]) -> None:

@@ -5,7 +5,8 @@ non-owner role `memgate_app` (INHERIT): it has that role's privileges and nothin
 so `RESET ROLE` gains nothing. The embedded cluster and the test cluster trust local
 connections, so the service makes that login itself (`provision_app_login`); in production the
 operator creates it and gives it to the app as `DATABASE_URL`, with the owner's URL in
-`MEMGATE_MIGRATION_DATABASE_URL`.
+`MEMGATE_MIGRATION_DATABASE_URL`. `/readyz` fails while any of `login_problems` holds: a
+login or role that could bypass row-level security voids it.
 """
 
 from __future__ import annotations
@@ -21,7 +22,11 @@ APP_LOGIN = "memgate_api"
 _LOGIN_PROBLEMS = text(
     """
     SELECT r.rolsuper, r.rolbypassrls, r.rolcreaterole,
-           pg_has_role(session_user, c.relowner, 'USAGE') AS can_become_owner
+           pg_has_role(session_user, c.relowner, 'USAGE') AS can_become_owner,
+           (SELECT rolbypassrls OR rolsuper FROM pg_roles WHERE rolname = current_user)
+               AS app_role_bypasses,
+           (SELECT relforcerowsecurity FROM pg_class WHERE oid = to_regclass(:guarded))
+               AS rls_forced
       FROM pg_roles r, pg_class c
      WHERE r.rolname = session_user AND c.oid = 'audit_events'::regclass
     """
@@ -46,7 +51,8 @@ def provision_app_login(owner_url: str, app_role: str, login: str = APP_LOGIN) -
 async def login_problems(engine: AsyncEngine) -> list[str]:
     """Why the app's login could leave the app role (empty when it cannot)."""
     async with engine.connect() as conn:
-        row = (await conn.execute(_LOGIN_PROBLEMS)).one()
+        # A catalog lookup of the table's RLS flag (no memory row is read).
+        row = (await conn.execute(_LOGIN_PROBLEMS, {"guarded": "public.memories"})).one()
     found = []
     if row.rolsuper:
         found.append("the database login is a superuser")
@@ -56,4 +62,8 @@ async def login_problems(engine: AsyncEngine) -> list[str]:
         found.append("the database login may create roles")
     if row.can_become_owner:
         found.append("the database login can act as the owner of the tables")
+    if row.app_role_bypasses:
+        found.append("the app role bypasses row-level security")
+    if not row.rls_forced:
+        found.append("row-level security is not forced on memories")
     return found

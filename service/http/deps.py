@@ -10,6 +10,7 @@ from litestar.di import NamedDependency
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.audit.trail import trail_of_scope
+from service.auth.principal import Principal
 from service.runtime import Runtime
 
 
@@ -21,7 +22,10 @@ async def provide_db(request: Request[Any, Any, Any]) -> AsyncSession:
     """The request owns one transaction. The audit recorder ends it when the response starts:
     committed together with the call's audit row when the call succeeded, rolled back otherwise
     (service/audit/recorder.py)."""
-    return await trail_of_scope(request.scope).request_session()
+    caller = request.scope.get("user")
+    return await trail_of_scope(request.scope).request_session(
+        caller if isinstance(caller, Principal) else None
+    )
 
 
 Db = NamedDependency[AsyncSession]

@@ -174,13 +174,20 @@ class MemoryService:
         return sorted(required)
 
     async def _target_space(self, principal: Principal, requested: uuid.UUID | None) -> uuid.UUID:
-        """The named space if the caller may write there (an invisible space is 404, a visible
+        """The named space if the caller may read and write there (an invisible space is 404, a
         read-only one 403); by default the caller's personal space."""
-        writable = await granted_space_ids(self._session, principal, Action.WRITE)
+        # Writing needs read too: a writer sees what it wrote (a new version returns its row,
+        # and supersession reads the live one), and row-level security demands both.
+        readable = set(await granted_space_ids(self._session, principal, Action.READ))
+        writable = [
+            space
+            for space in await granted_space_ids(self._session, principal, Action.WRITE)
+            if space in readable
+        ]
         if requested is not None:
             if requested in writable:
                 return requested
-            if requested in await granted_space_ids(self._session, principal, Action.READ):
+            if requested in readable:
                 raise SpaceReadOnly(f"You may read space {requested} but not write there.")
             raise SpaceNotFound(f"Space {requested} does not exist or is not writable by you.")
         personal = await personal_space_id(self._session, principal)

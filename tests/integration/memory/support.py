@@ -4,13 +4,16 @@ the route table the access matrix is parametrized over."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
 from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
 
+from service.db.session import create_engine
 from service.problems import PROBLEM_BASE_URI, PROBLEM_TYPES
 from service.runtime import Runtime
 
@@ -34,8 +37,19 @@ def assert_problem(response: httpx.Response, status: int, slug: str) -> dict[str
     return body
 
 
+@asynccontextmanager
+async def as_owner(runtime: Runtime) -> AsyncIterator[AsyncConnection]:
+    """The database as its owner, past row-level security: what is really stored."""
+    engine = create_engine(runtime.settings.database.url, pool_size=1)
+    try:
+        async with engine.connect() as conn:
+            yield conn
+    finally:
+        await engine.dispose()
+
+
 async def scalar(runtime: Runtime, sql: str, **params: Any) -> Any:
-    async with runtime.engine.connect() as conn:
+    async with as_owner(runtime) as conn:
         return (await conn.execute(text(sql), params)).scalar()
 
 
@@ -46,7 +60,7 @@ async def count_memories(runtime: Runtime) -> int:
 
 async def memory_rows(runtime: Runtime, where: str = "TRUE", **params: Any) -> list[dict[str, Any]]:
     """Raw rows of `memories` (bypassing every API filter), oldest version first."""
-    async with runtime.engine.connect() as conn:
+    async with as_owner(runtime) as conn:
         result = await conn.execute(
             text(
                 "SELECT id, tenant_id, space_id, owner_id, subject, kind, key, value, version, "

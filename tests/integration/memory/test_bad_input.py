@@ -452,6 +452,6 @@ async def test_internal_error_leaks_no_sql_or_traceback(
             "service:billing",
         ):
             assert leak not in lowered, (leak, response.text)
-    async with api.runtime.engine.connect() as conn:
+    async with owner_engine.connect() as conn:
         rows = (await conn.execute(text("SELECT count(*) FROM memories"))).scalar()
     assert rows == 1

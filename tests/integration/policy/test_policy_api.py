@@ -118,6 +118,13 @@ async def test_a_sub_space_inherits_its_parents_grants_and_explains_why(api: Api
     team = await _team(api, "eng")
     await _member(api, team["id"], alice.principal_id)
     await _grant(api, parent["id"], "write", team["subject"])
+    write_only = await api.http.post(
+        "/v1/memories",
+        json={"subject": "s:x", "kind": "fact", "key": "k", "value": "v", "space_id": child["id"]},
+        headers=alice.headers,
+    )
+    assert_problem(write_only, 404, "space-not-found")  # a write grant alone writes nothing
+    await _grant(api, parent["id"], "read", team["subject"])
     written = await api.remember(alice, key="k", value="in the child", space_id=child["id"])
     assert written["space_id"] == child["id"]
     explained = await _ok(
