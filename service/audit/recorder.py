@@ -199,7 +199,11 @@ class _RowBuilder:
                     session, issued.tenant_id, issued.subject, issued.principal_id
                 ),
                 "client_id": issued.client_id,
-                "delegation": [],
+                "delegation": [
+                    await pseudonyms.lookup(session, issued.tenant_id, issued.actor_subject)
+                ]
+                if issued.actor_subject
+                else [],
                 "token_id": issued.token_id,
                 "issuer": self.runtime.issuer.issuer,
                 "scopes": known_scopes(issued.scopes),

@@ -26,7 +26,8 @@ if TYPE_CHECKING:
 _SCOPE_KEY = "memgate.audit"
 _NAME_CALLER = text(
     "SELECT set_config('memgate.tenant_id', :tenant, true), "
-    "set_config('memgate.principal_id', :principal, true)"
+    "set_config('memgate.principal_id', :principal, true), "
+    "set_config('memgate.actor_id', :actor, true)"
 )
 MAX_TARGETS = 1000
 """A row names at most this many target ids (a search answers at most `max_k` hits)."""
@@ -42,6 +43,8 @@ class IssuedIdentity:
     client_id: str
     token_id: str
     scopes: tuple[str, ...]
+    actor_subject: str | None = None
+    """The acting agent of a token exchange (`act.sub`)."""
 
 
 @dataclass
@@ -65,7 +68,11 @@ class AuditTrail:
             if caller is not None:
                 await self.session.execute(
                     _NAME_CALLER,
-                    {"tenant": str(caller.tenant_id), "principal": str(caller.principal_id)},
+                    {
+                        "tenant": str(caller.tenant_id),
+                        "principal": str(caller.principal_id),
+                        "actor": str(caller.actor_id) if caller.actor_id else "",
+                    },
                 )
         return self.session
 

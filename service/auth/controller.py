@@ -8,6 +8,7 @@ from typing import Any
 from litestar import Controller, Request, Response, get, post
 
 from service.audit.trail import IssuedIdentity, trail_of
+from service.auth.exchange import TOKEN_EXCHANGE, exchange_response
 from service.auth.issuer import issued_claims, presented_client_id, token_response
 from service.auth.keys import published_jwks
 from service.auth.problems import oauth_problem
@@ -26,6 +27,7 @@ def _issued_identity(claims: dict[str, Any]) -> IssuedIdentity:
         client_id=str(claims["client_id"]),
         token_id=str(claims["jti"]),
         scopes=tuple(str(claims["scope"]).split()),
+        actor_subject=str(claims["act"]["sub"]) if isinstance(claims.get("act"), dict) else None,
     )
 
 
@@ -44,14 +46,26 @@ class OAuthController(Controller):
         items: list[tuple[str, str]] = []
         if content_type.lower().startswith("application/x-www-form-urlencoded"):
             items = [(k, v) for k, v in (await request.form()).multi_items() if isinstance(v, str)]
-        status, body, extra = await token_response(
-            db,
-            runtime.issuer,
-            runtime.kek,
-            content_type=content_type,
-            items=items,
-            authorization=request.headers.get("authorization", ""),
-        )
+        authorization = request.headers.get("authorization", "")
+        if ("grant_type", TOKEN_EXCHANGE) in items:
+            status, body, extra = await exchange_response(
+                db,
+                runtime.issuer,
+                runtime.kek,
+                runtime.verifier,
+                content_type=content_type,
+                items=items,
+                authorization=authorization,
+            )
+        else:
+            status, body, extra = await token_response(
+                db,
+                runtime.issuer,
+                runtime.kek,
+                content_type=content_type,
+                items=items,
+                authorization=authorization,
+            )
         response_headers = dict(_NO_STORE)
         response_headers.update({k: v for k, v in extra if k.lower() == "www-authenticate"})
         trail = trail_of(request)
@@ -83,7 +97,7 @@ class OAuthController(Controller):
             "issuer": issuer,
             "token_endpoint": f"{issuer}/oauth/token",
             "jwks_uri": f"{issuer}/.well-known/jwks.json",
-            "grant_types_supported": ["client_credentials"],
+            "grant_types_supported": ["client_credentials", TOKEN_EXCHANGE],
             "token_endpoint_auth_methods_supported": ["client_secret_basic", "client_secret_post"],
             "scopes_supported": sorted(ALL_SCOPES),
             "response_types_supported": ["token"],

@@ -34,7 +34,7 @@ from service.db.models import Client, Principal
 # slow down guessing. OWASP's argon2id minimum (19 MiB, t=2, p=1) keeps one verification near
 # 20 ms and 19 MiB instead of the library default's 64 MiB, and at most two run at once.
 _hasher = PasswordHasher(time_cost=2, memory_cost=19_456, parallelism=1)
-_GRANTS_AT_ONCE = anyio.CapacityLimiter(2)
+GRANTS_AT_ONCE = anyio.CapacityLimiter(2)
 # Verified when the client id is unknown, so a miss costs as long as a wrong secret.
 _DUMMY_HASH = _hasher.hash(uuid.uuid4().hex)
 
@@ -44,7 +44,7 @@ def hash_secret(secret: str) -> str:
 
 
 async def hash_secret_off_loop(secret: str) -> str:
-    result: str = await anyio.to_thread.run_sync(hash_secret, secret, limiter=_GRANTS_AT_ONCE)
+    result: str = await anyio.to_thread.run_sync(hash_secret, secret, limiter=GRANTS_AT_ONCE)
     return result
 
 
@@ -95,7 +95,7 @@ class RegisteredClient(ClientMixin):  # type: ignore[misc]
         return " ".join(sorted(granted))
 
 
-def _unknown_client(client_id: str) -> RegisteredClient:
+def unknown_client(client_id: str) -> RegisteredClient:
     return RegisteredClient(
         client_id=client_id,
         tenant_id=uuid.UUID(int=0),
@@ -133,7 +133,7 @@ class _Server(AuthorizationServer):  # type: ignore[misc]
         which client ids exist."""
         if self._client is not None and self._client.client_id == client_id:
             return self._client
-        return _unknown_client(client_id)
+        return unknown_client(client_id)
 
     def create_oauth2_request(self, request: OAuth2Request) -> OAuth2Request:
         return request
@@ -153,9 +153,19 @@ class _Server(AuthorizationServer):  # type: ignore[misc]
 OAuthAnswer = tuple[int, dict[str, Any], list[tuple[str, str]]]
 
 
-def _refusal(status: int, error: str, description: str) -> OAuthAnswer:
+def refusal(status: int, error: str, description: str) -> OAuthAnswer:
     headers = [("WWW-Authenticate", 'Basic realm="memgate"')] if status == 401 else []
     return status, {"error": error, "error_description": description}, headers
+
+
+def basic_secret(token: str) -> str | None:
+    """The secret of an HTTP Basic credential (already checked by `check_request`)."""
+    try:
+        decoded = base64.b64decode(token, validate=True).decode()
+    except (ValueError, UnicodeDecodeError):
+        return None
+    _, separator, secret = decoded.partition(":")
+    return unquote(secret) if separator else None
 
 
 def _basic_credentials(token: str) -> str | None:
@@ -170,16 +180,16 @@ def _basic_credentials(token: str) -> str | None:
 
 
 @dataclass(frozen=True)
-class _TokenRequest:
+class TokenRequest:
     form: dict[str, str]
     client_id: str | None
     authorization: str
     """What authlib gets to read: a canonical `Basic <token>` this code has validated, or ""."""
 
 
-def _check_request(
+def check_request(
     content_type: str, items: list[tuple[str, str]], authorization: str
-) -> _TokenRequest | OAuthAnswer:
+) -> TokenRequest | OAuthAnswer:
     """RFC 6749's request rules that authlib leaves to the framework: a form body, each
     parameter once (§3.1), one client authentication method (§2.3). Returns the form, the
     client id and the canonical Authorization header, or the refusal. The header is parsed the
@@ -187,27 +197,27 @@ def _check_request(
     form of what was checked here."""
     media_type = content_type.split(";", maxsplit=1)[0].strip().lower()
     if media_type != "application/x-www-form-urlencoded":
-        return _refusal(400, "invalid_request", "Send application/x-www-form-urlencoded.")
+        return refusal(400, "invalid_request", "Send application/x-www-form-urlencoded.")
     form: dict[str, str] = {}
     for name, value in items:
         if name in form:
-            return _refusal(400, "invalid_request", f"Parameter '{name}' is repeated.")
+            return refusal(400, "invalid_request", f"Parameter '{name}' is repeated.")
         form[name] = value
     parts = authorization.split(None, 1)
     if not parts or parts[0].lower() != "basic":
-        return _TokenRequest(form, form.get("client_id"), "")
+        return TokenRequest(form, form.get("client_id"), "")
     if "client_secret" in form:
-        return _refusal(
+        return refusal(
             400, "invalid_request", "Authenticate with Basic or with the form, not both."
         )
     token = parts[1].strip() if len(parts) == 2 else ""
     client_id = _basic_credentials(token)
     if client_id is None:
-        return _refusal(401, "invalid_client", "The Basic authorization header is malformed.")
-    return _TokenRequest(form, client_id, f"Basic {token}")
+        return refusal(401, "invalid_client", "The Basic authorization header is malformed.")
+    return TokenRequest(form, client_id, f"Basic {token}")
 
 
-async def _load_client(session: AsyncSession, client_id: str | None) -> RegisteredClient | None:
+async def load_client(session: AsyncSession, client_id: str | None) -> RegisteredClient | None:
     try:
         parsed = uuid.UUID(client_id or "")
     except ValueError:
@@ -285,10 +295,10 @@ async def token_response(
     authorization: str,
 ) -> OAuthAnswer:
     """Run the token endpoint: (status, JSON body, headers). Errors use RFC 6749 §5.2 codes."""
-    checked = _check_request(content_type, items, authorization)
-    if not isinstance(checked, _TokenRequest):
+    checked = check_request(content_type, items, authorization)
+    if not isinstance(checked, TokenRequest):
         return checked
-    client = await _load_client(session, checked.client_id)
+    client = await load_client(session, checked.client_id)
     key = await active_signing_key(session, kek)
     server = _Server(client)
     server.register_token_generator("default", _token_generator(config, key))
@@ -297,7 +307,7 @@ async def token_response(
         config.issuer + "/oauth/token", checked.form, {"Authorization": checked.authorization}
     )
     result: OAuthAnswer = await anyio.to_thread.run_sync(
-        server.create_token_response, request, limiter=_GRANTS_AT_ONCE
+        server.create_token_response, request, limiter=GRANTS_AT_ONCE
     )
     return result
 

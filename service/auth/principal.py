@@ -17,6 +17,9 @@ class Principal:
     token_id: str
     issuer: str
     act: dict[str, Any] | None = None
+    actor_id: uuid.UUID | None = None
+    """The agent acting for `principal_id` (a delegated token): the call sees only what both
+    may see."""
 
     def has_scope(self, scope: str) -> bool:
         return scope in self.scopes

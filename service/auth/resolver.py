@@ -11,11 +11,12 @@ from dataclasses import dataclass
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import aliased
 
 from service.auth.principal import Principal
 from service.auth.scopes import ADMIN_SCOPES
 from service.auth.tokens import TokenRejected, VerifiedToken
-from service.db.models import Client
+from service.db.models import Client, Delegation
 from service.db.models import Principal as PrincipalRow
 
 
@@ -26,6 +27,8 @@ class _Holder:
 
 
 async def resolve_principal(session: AsyncSession, token: VerifiedToken) -> Principal:
+    if token.act is not None:
+        return await _delegated(session, token)
     if token.issuer.embedded:
         holder = await _embedded_principal(session, token)
     else:
@@ -41,6 +44,59 @@ async def resolve_principal(session: AsyncSession, token: VerifiedToken) -> Prin
         token_id=token.token_id,
         issuer=token.issuer.issuer,
         act=token.act,
+    )
+
+
+async def _delegated(session: AsyncSession, token: VerifiedToken) -> Principal:
+    """A token-exchange token (`sub` = the user, `act.sub` = the agent whose client holds it):
+    both enabled, the client the agent's, the user's consent still there. Only our own issuer's
+    delegations count, one level deep, and never with admin scopes."""
+    act = token.act or {}
+    if not token.issuer.embedded or "act" in act:
+        raise TokenRejected("only one level of delegation from this issuer is accepted")
+    try:
+        user_id, agent_id = uuid.UUID(token.subject), uuid.UUID(str(act.get("sub")))
+        client_id = uuid.UUID(token.client_id)
+    except ValueError:
+        raise TokenRejected("malformed delegation") from None
+    user = aliased(PrincipalRow)
+    consented = await session.scalar(
+        select(Delegation.agent_id)
+        .join(
+            user,
+            (user.tenant_id == Delegation.tenant_id) & (user.id == Delegation.user_id),
+        )
+        .join(
+            PrincipalRow,
+            (PrincipalRow.tenant_id == Delegation.tenant_id)
+            & (PrincipalRow.id == Delegation.agent_id),
+        )
+        .join(
+            Client,
+            (Client.tenant_id == Delegation.tenant_id)
+            & (Client.principal_id == Delegation.agent_id),
+        )
+        .where(
+            Delegation.tenant_id == token.tenant_id,
+            Delegation.user_id == user_id,
+            Delegation.agent_id == agent_id,
+            user.disabled_at.is_(None),
+            PrincipalRow.disabled_at.is_(None),
+            Client.client_id == client_id,
+            Client.disabled_at.is_(None),
+        )
+    )
+    if consented is None:
+        raise TokenRejected("the delegation is unknown, revoked or disabled")
+    return Principal(
+        tenant_id=token.tenant_id,
+        principal_id=user_id,
+        client_id=token.client_id,
+        scopes=token.scopes - ADMIN_SCOPES,
+        token_id=token.token_id,
+        issuer=token.issuer.issuer,
+        act=token.act,
+        actor_id=agent_id,
     )
 
 

@@ -438,3 +438,23 @@ class Team(Base):
     id: Mapped[uuid.UUID] = mapped_column(UUID)
     name: Mapped[str] = mapped_column(Text, nullable=False)
     created_at: Mapped[datetime] = _now()
+
+
+class Delegation(Base):
+    """A user's consent that an agent may act for it (RFC 8693 token exchange)."""
+
+    __tablename__ = "delegations"
+    __table_args__ = (
+        PrimaryKeyConstraint("tenant_id", "user_id", "agent_id"),
+        ForeignKeyConstraint(
+            ["tenant_id", "user_id"], ["principals.tenant_id", "principals.id"], ondelete="CASCADE"
+        ),
+        ForeignKeyConstraint(
+            ["tenant_id", "agent_id"], ["principals.tenant_id", "principals.id"], ondelete="CASCADE"
+        ),
+    )
+
+    tenant_id: Mapped[uuid.UUID] = mapped_column(UUID)
+    user_id: Mapped[uuid.UUID] = mapped_column(UUID)
+    agent_id: Mapped[uuid.UUID] = mapped_column(UUID)
+    created_at: Mapped[datetime] = _now()

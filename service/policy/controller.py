@@ -165,6 +165,33 @@ class PermissionController(Controller):
     path = "/v1/principals"
     tags = ["policy"]
 
+    @put(
+        "/{principal_id:str}/delegates/{agent_id:str}",
+        status_code=204,
+        opt={"action": "policy.delegate.allow"},
+    )
+    async def allow_delegate(
+        self, request: AuthedRequest, principal_id: FromPath[str], agent_id: FromPath[str], db: Db
+    ) -> None:
+        """Let an agent act for this user through token exchange (RFC 8693). The user decides
+        for itself; anyone else needs `manage:policy` and the policy admin grant."""
+        await PolicyService(db, request.user).set_delegate(
+            parse_id(principal_id), parse_id(agent_id), allowed=True
+        )
+
+    @delete(
+        "/{principal_id:str}/delegates/{agent_id:str}",
+        status_code=204,
+        opt={"action": "policy.delegate.revoke"},
+    )
+    async def revoke_delegate(
+        self, request: AuthedRequest, principal_id: FromPath[str], agent_id: FromPath[str], db: Db
+    ) -> None:
+        """Stop an agent acting for this user: its exchanged tokens fail on the next request."""
+        await PolicyService(db, request.user).set_delegate(
+            parse_id(principal_id), parse_id(agent_id), allowed=False
+        )
+
     @get(
         "/{principal_id:str}/permissions",
         guards=_READ,

@@ -8,11 +8,13 @@ import uuid
 from collections import defaultdict
 
 from sqlalchemy import delete, select, text
+from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.auth.principal import Principal as Caller
+from service.auth.scopes import Scope
 from service.db.base import uuid7
-from service.db.models import CasbinRule, Principal, Space, SpaceGrant, Team, Tenant
+from service.db.models import CasbinRule, Delegation, Principal, Space, SpaceGrant, Team, Tenant
 from service.identity.problems import PrincipalNotFound
 from service.policy.compile import CASBIN_MAX_HIERARCHY, lock_policy, recompile
 from service.policy.problems import (
@@ -45,6 +47,7 @@ from service.policy.schemas import (
     TeamCreate,
     TeamOut,
 )
+from service.problems import InsufficientScope
 
 _REACHES = text(
     """
@@ -166,6 +169,42 @@ class PolicyService:
         await self._space(space_id)
         await self._check_subject(subject)
         return await self._change(remove=[Rule("p", subject, space_name(space_id), action)])
+
+    # delegation -------------------------------------------------------------------------
+
+    async def set_delegate(self, user_id: uuid.UUID, agent_id: uuid.UUID, *, allowed: bool) -> None:
+        """Allow (or stop) an agent acting for a user through token exchange. The user decides
+        for itself; anyone else needs to be a policy admin with `manage:policy`."""
+        caller = self._caller
+        if caller.principal_id != user_id or caller.actor_id is not None:
+            if not caller.has_scope(Scope.MANAGE_POLICY):
+                raise InsufficientScope(
+                    "Only the user itself, or a policy admin with 'manage:policy', decides who "
+                    "may act for a user.",
+                    required_scope=str(Scope.MANAGE_POLICY),
+                )
+            await self.require_policy_admin()
+        user = await self._session.get(Principal, (self._tenant_id, user_id))
+        agent = await self._session.get(Principal, (self._tenant_id, agent_id))
+        if user is None or agent is None:
+            missing = user_id if user is None else agent_id
+            raise PrincipalNotFound(f"No principal {missing} in your tenant.")
+        if agent.kind == "user" or user_id == agent_id:
+            raise PolicyNameInvalid("Only an agent or service principal can act for a user.")
+        if allowed:
+            await self._session.execute(
+                insert(Delegation)
+                .values(tenant_id=self._tenant_id, user_id=user_id, agent_id=agent_id)
+                .on_conflict_do_nothing()
+            )
+        else:
+            await self._session.execute(
+                delete(Delegation).where(
+                    Delegation.tenant_id == self._tenant_id,
+                    Delegation.user_id == user_id,
+                    Delegation.agent_id == agent_id,
+                )
+            )
 
     # read:policy ------------------------------------------------------------------------
 

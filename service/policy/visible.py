@@ -36,6 +36,7 @@ from sqlalchemy import select as sa_select
 from sqlalchemy import update as sa_update
 from sqlalchemy.dialects.postgresql import ARRAY, UUID
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import aliased
 
 from service.auth.principal import Principal
 from service.db.models import Memory, Space, SpaceGrant
@@ -115,11 +116,25 @@ async def granted_space_ids(
 
 
 def _granted_spaces(principal: Principal, action: Action) -> Select[uuid.UUID]:
-    """The compiled grants (service/policy/compile.py), read in the statement's snapshot."""
-    return sa_select(SpaceGrant.space_id.label("id")).where(
+    """The compiled grants (service/policy/compile.py), read in the statement's snapshot. A
+    delegated call gets the spaces both the user and the acting agent hold `action` on."""
+    granted = sa_select(SpaceGrant.space_id.label("id")).where(
         SpaceGrant.tenant_id == principal.tenant_id,
         SpaceGrant.principal_id == principal.principal_id,
         SpaceGrant.action == action.value,
+    )
+    if principal.actor_id is None:
+        return granted
+    actor = aliased(SpaceGrant)
+    return granted.where(
+        sa_select(actor.space_id)
+        .where(
+            actor.tenant_id == principal.tenant_id,
+            actor.principal_id == principal.actor_id,
+            actor.action == action.value,
+            actor.space_id == SpaceGrant.space_id,
+        )
+        .exists()
     )
 
 

@@ -237,6 +237,8 @@ POLICY_ROUTES = [
     ("DELETE", "/v1/spaces/{id}/grants/{id}/{id}", "manage:policy"),
     ("GET", "/v1/spaces/{id}/access/{id}", "read:policy"),
     ("GET", "/v1/principals/{id}/permissions", "read:policy"),
+    ("PUT", "/v1/principals/{id}/delegates/{id}", "manage:policy"),
+    ("DELETE", "/v1/principals/{id}/delegates/{id}", "manage:policy"),
 ]
 """The policy API's routes; tests/integration/test_route_access.py leaves them to this file."""
 
@@ -280,7 +282,8 @@ def test_the_policy_route_table_covers_the_policy_routes() -> None:
     declared = {
         (method, re.sub(r"\{\w+:str\}", "{id}", route.path).rstrip("/"))
         for route in create_app().routes
-        if route.path.startswith(("/v1/teams", "/v1/spaces")) or route.path.endswith("/permissions")
+        if route.path.startswith(("/v1/teams", "/v1/spaces"))
+        or route.path.endswith(("/permissions", "/delegates/{agent_id:str}"))
         for method in getattr(route, "methods", ())
         if method not in {"HEAD", "OPTIONS"}
     }

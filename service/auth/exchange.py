@@ -1,0 +1,143 @@
+"""RFC 8693 token exchange at /oauth/token: an agent acts for a user.
+
+The agent authenticates with its own client credentials and presents the user's access token
+as `subject_token`. The answer is a token with `sub` = the user and `act.sub` = the agent, whose
+scopes are what the agent asked for ∩ what its client is registered for ∩ what the user's token
+holds (never an admin scope), and which expires no later than the user's token. The user must
+have allowed that agent (`delegations`); a subject token that is itself delegated is refused
+(no nested delegation). Every request with the result re-checks the consent and sees only the
+spaces both the user and the agent may see (service/policy/visible.py, and RLS).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+import anyio
+from joserfc import jwt
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from service.auth import issuer as oauth
+from service.auth.keys import KeyEncryptionKey, active_signing_key
+from service.auth.resolver import resolve_principal
+from service.auth.scopes import ADMIN_SCOPES
+from service.auth.tokens import TokenRejected, TokenVerifier
+from service.db.models import Delegation
+
+TOKEN_EXCHANGE = "urn:ietf:params:oauth:grant-type:token-exchange"  # noqa: S105 (a URN)
+ACCESS_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:access_token"  # noqa: S105 (a URN)
+
+
+_refuse = oauth.refusal
+
+
+async def _authenticated_client(
+    session: AsyncSession, request: oauth.TokenRequest
+) -> oauth.RegisteredClient | None:
+    """The calling client if its secret matches (the same argon2id work when it is unknown)."""
+    client = await oauth.load_client(session, request.client_id)
+    secret = request.form.get("client_secret")
+    if request.authorization:
+        secret = oauth.basic_secret(request.authorization.split(" ", 1)[1])
+    candidate = client or oauth.unknown_client(request.client_id or "")
+    matches = await anyio.to_thread.run_sync(
+        candidate.check_client_secret, secret or "", limiter=oauth.GRANTS_AT_ONCE
+    )
+    return client if matches and client is not None else None
+
+
+async def exchange(
+    session: AsyncSession,
+    config: oauth.IssuerConfig,
+    kek: KeyEncryptionKey,
+    verifier: TokenVerifier,
+    request: oauth.TokenRequest,
+) -> oauth.OAuthAnswer:
+    form = request.form
+    agent = await _authenticated_client(session, request)
+    if agent is None:
+        return _refuse(401, "invalid_client", "Client authentication failed.")
+    if form.get("subject_token_type") != ACCESS_TOKEN_TYPE or not form.get("subject_token"):
+        return _refuse(
+            400,
+            "invalid_request",
+            f"Send the user's access token as subject_token with subject_token_type "
+            f"{ACCESS_TOKEN_TYPE}.",
+        )
+    if form.get("actor_token") or form.get("requested_token_type", ACCESS_TOKEN_TYPE) != (
+        ACCESS_TOKEN_TYPE
+    ):
+        return _refuse(
+            400,
+            "invalid_request",
+            "The acting agent is the authenticated client; only access tokens are issued (no "
+            "actor_token, no other requested_token_type).",
+        )
+    try:
+        verified = await verifier.verify(form["subject_token"])
+        if verified.act is not None:
+            return _refuse(400, "invalid_grant", "A delegated token cannot be delegated again.")
+        user = await resolve_principal(session, verified)
+    except TokenRejected:
+        return _refuse(400, "invalid_grant", "The subject_token is not a valid access token.")
+    if user.tenant_id != agent.tenant_id or user.principal_id == agent.principal_id:
+        return _refuse(400, "invalid_grant", "The user has not allowed this agent to act for it.")
+    consent = await session.scalar(
+        select(Delegation.agent_id).where(
+            Delegation.tenant_id == user.tenant_id,
+            Delegation.user_id == user.principal_id,
+            Delegation.agent_id == agent.principal_id,
+        )
+    )
+    if consent is None:
+        return _refuse(400, "invalid_grant", "The user has not allowed this agent to act for it.")
+    ceiling = (agent.allowed_scopes & user.scopes) - ADMIN_SCOPES
+    asked = set(form["scope"].split()) if form.get("scope") else set(ceiling)
+    granted = asked & ceiling
+    if not granted:
+        return _refuse(400, "invalid_scope", "None of the requested scopes may be delegated.")
+    now = int(time.time())
+    expires = min(now + config.ttl_seconds, int(verified.claims.get("exp", now)))
+    claims: dict[str, Any] = {
+        "iss": config.issuer,
+        "aud": config.audience,
+        "sub": str(user.principal_id),
+        "act": {"sub": str(agent.principal_id)},
+        "tenant": str(user.tenant_id),
+        "client_id": agent.client_id,
+        "scope": " ".join(sorted(granted)),
+        "jti": uuid.uuid4().hex,
+        "iat": now,
+        "nbf": now,
+        "exp": expires,
+    }
+    key = await active_signing_key(session, kek)
+    header = {"alg": key.alg, "typ": "at+jwt", "kid": key.kid}
+    body = {
+        "access_token": jwt.encode(header, claims, key, algorithms=[str(key.alg)]),
+        "issued_token_type": ACCESS_TOKEN_TYPE,
+        "token_type": "Bearer",
+        "expires_in": max(expires - now, 0),
+        "scope": claims["scope"],
+    }
+    return 200, body, []
+
+
+async def exchange_response(
+    session: AsyncSession,
+    config: oauth.IssuerConfig,
+    kek: KeyEncryptionKey,
+    verifier: TokenVerifier,
+    *,
+    content_type: str,
+    items: list[tuple[str, str]],
+    authorization: str,
+) -> oauth.OAuthAnswer:
+    """The token endpoint for `grant_type` = token exchange (the same request rules)."""
+    checked = oauth.check_request(content_type, items, authorization)
+    if not isinstance(checked, oauth.TokenRequest):
+        return checked
+    return await exchange(session, config, kek, verifier, checked)
