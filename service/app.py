@@ -28,7 +28,12 @@ from service.memory.controller import MemoryController
 from service.observability.logging import request_context_middleware
 from service.observability.metrics import MetricsController
 from service.observability.telemetry import otel_asgi
-from service.policy.controller import PermissionController, SpaceController, TeamController
+from service.policy.controller import (
+    PermissionController,
+    RoleController,
+    SpaceController,
+    TeamController,
+)
 from service.runtime import Runtime
 from service.settings import ServerSettings
 
@@ -93,6 +98,7 @@ def create_app(runtime: Runtime | None = None) -> Litestar:
             TeamController,
             SpaceController,
             PermissionController,
+            RoleController,
         ],
         dependencies={
             "db": Provide(provide_db),

@@ -175,7 +175,8 @@ class Memory(Base):
             postgresql_include=["id", "expires_at", "read_requires", "embedding"],
             postgresql_where=text(LIVE_ROW),
         ),
-        # At most one live memory per (space, subject, kind, key): supersession's invariant.
+        # At most one live memory per (space, subject, kind, key, audience): supersession's
+        # invariant. Rows with different `read_requires` never supersede each other.
         Index(
             "uq_memories_live_key",
             "tenant_id",
@@ -183,6 +184,7 @@ class Memory(Base):
             "subject",
             "kind",
             "key",
+            "read_requires",
             unique=True,
             postgresql_where=text(LIVE_ROW),
         ),

@@ -26,9 +26,11 @@ from service.identity.schemas import (
     RoleGrant,
 )
 from service.identity.service import IdentityService
+from service.policy.guards import requires_policy_admin
 
 AuthedRequest = Request[Principal, VerifiedToken, State]
-_ADMIN = [requires(Scope.MANAGE_POLICY)]
+_ADMIN = [requires(Scope.MANAGE_POLICY), requires_policy_admin]
+"""Managing principals and clients is managing access: the scope and the policy admin grant."""
 
 
 def _service(request: AuthedRequest, db: Db) -> IdentityService:

@@ -36,7 +36,7 @@ from service.identity.schemas import (
     Role,
     RoleGrant,
 )
-from service.policy.compile import lock_policy, recompile
+from service.policy.compile import add_own_grants, lock_policy, recompile
 from service.policy.rules import POLICY_ADMIN, Rule, add_rules, personal_space_rules
 from service.problems import InsufficientScope
 
@@ -94,7 +94,7 @@ class IdentityService:
             self._tenant_id,
             personal_space_rules(principal.kind, principal.id, space.id),
         )
-        await recompile(self._session, self._tenant_id)
+        await add_own_grants(self._session, self._tenant_id, principal.id, space.id)
         await self._session.refresh(principal)
         return _principal_out(principal, space.id)
 

@@ -8,11 +8,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, func, select
+from sqlalchemy import ColumnElement, cast, func, literal, select
+from sqlalchemy.dialects.postgresql import ARRAY, UUID
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.db.models import Memory
 from service.policy.visible import Visible
+
+_UUIDS = ARRAY(UUID)
 
 
 @dataclass(frozen=True)
@@ -28,13 +31,16 @@ class MemoryFilters:
 
 @dataclass(frozen=True)
 class KeyRef:
-    """One memory key: at most one live version per (space, subject, kind, key)."""
+    """One memory key: at most one live version per (space, subject, kind, key, audience). The
+    audience (`read_requires`, sorted) is part of the key: rows with different audiences never
+    supersede each other, so a writer cannot close, or run into, a version it may not read."""
 
     tenant_id: uuid.UUID
     space_id: uuid.UUID
     subject: str
     kind: str
     key: str
+    read_requires: tuple[uuid.UUID, ...] = ()
 
     def conditions(self) -> list[ColumnElement[bool]]:
         return [
@@ -42,6 +48,7 @@ class KeyRef:
             Memory.subject == self.subject,
             Memory.kind == self.kind,
             Memory.key == self.key,
+            Memory.read_requires == cast(literal(list(self.read_requires), _UUIDS), _UUIDS),
         ]
 
 
@@ -205,11 +212,15 @@ async def key_of(session: AsyncSession, scope: Visible, memory_id: uuid.UUID) ->
                 Memory.subject,
                 Memory.kind,
                 Memory.key,
+                Memory.read_requires,
                 include_superseded=True,
             ).where(Memory.id == memory_id)
         )
     ).one_or_none()
-    return KeyRef(*row) if row else None
+    if row is None:
+        return None
+    tenant_id, space_id, subject, kind, key, read_requires = row
+    return KeyRef(tenant_id, space_id, subject, kind, key, tuple(sorted(read_requires)))
 
 
 async def delete(session: AsyncSession, scope: Visible, memory_id: uuid.UUID) -> bool:

@@ -61,14 +61,15 @@ class MemoryService:
 
     async def write(self, principal: Principal, data: MemoryCreate) -> MemoryWritten:
         self._check_value(data)
+        read_requires = await self._inherited_scope(principal, data.derived_from)
         ref = KeyRef(
             principal.tenant_id,
             await self._target_space(principal, data.space_id),
             data.subject,
             data.kind,
             data.key,
+            tuple(read_requires),
         )
-        read_requires = await self._inherited_scope(principal, data.derived_from)
         scope = visible(principal, Action.WRITE)
         [vector] = await self._embedder.embed([data.value])
         now = await repository.lock_key(self._session, ref)

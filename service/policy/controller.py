@@ -15,10 +15,12 @@ from service.auth.scopes import Scope
 from service.auth.tokens import VerifiedToken
 from service.http.deps import Db
 from service.http.params import parse_id
+from service.policy.guards import requires_policy_admin
 from service.policy.schemas import (
     Permissions,
     PolicyAction,
     PolicyChange,
+    PolicyRole,
     SpaceAccess,
     SpaceCreate,
     SpaceCreated,
@@ -30,14 +32,13 @@ from service.policy.schemas import (
 from service.policy.service import PolicyService
 
 AuthedRequest = Request[Principal, VerifiedToken, State]
-_MANAGE = [requires(Scope.MANAGE_POLICY)]
+_MANAGE = [requires(Scope.MANAGE_POLICY), requires_policy_admin]
 _READ = [requires(Scope.READ_POLICY)]
 
 
 async def _admin(request: AuthedRequest, db: Db) -> PolicyService:
-    service = PolicyService(db, request.user)
-    await service.require_policy_admin()
-    return service
+    """The guards have checked the scope and the policy admin grant."""
+    return PolicyService(db, request.user)
 
 
 class TeamController(Controller):
@@ -159,6 +160,44 @@ class SpaceController(Controller):
         result = await PolicyService(db, request.user).access(parse_id(space_id), action)
         trail_of(request).count(len(result.principal_ids))
         return result
+
+
+class RoleController(Controller):
+    path = "/v1/roles"
+    tags = ["policy"]
+
+    @put(
+        "/{role:str}/members/{principal_id:str}",
+        status_code=200,
+        guards=_MANAGE,
+        opt={"action": "policy.role.add_member"},
+    )
+    async def add_role_member(
+        self,
+        request: AuthedRequest,
+        role: FromPath[PolicyRole],
+        principal_id: FromPath[str],
+        db: Db,
+    ) -> PolicyChange:
+        """Give a principal a policy role (`policy_admin`: may change the tenant's policy and
+        manage principals and clients, with `manage:policy`)."""
+        return await (await _admin(request, db)).set_role(parse_id(principal_id), role, True)
+
+    @delete(
+        "/{role:str}/members/{principal_id:str}",
+        status_code=200,
+        guards=_MANAGE,
+        opt={"action": "policy.role.remove_member"},
+    )
+    async def remove_role_member(
+        self,
+        request: AuthedRequest,
+        role: FromPath[PolicyRole],
+        principal_id: FromPath[str],
+        db: Db,
+    ) -> PolicyChange:
+        """Take a policy role away (not your own: another policy admin must)."""
+        return await (await _admin(request, db)).set_role(parse_id(principal_id), role, False)
 
 
 class PermissionController(Controller):

@@ -11,6 +11,7 @@ from service.db.types import NO_NUL
 
 Name = Annotated[str, msgspec.Meta(min_length=1, max_length=200, pattern=NO_NUL)]
 PolicyAction = Literal["read", "write", "delete"]
+PolicyRole = Literal["policy_admin"]
 
 
 class TeamCreate(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):

@@ -170,6 +170,18 @@ class PolicyService:
         await self._check_subject(subject)
         return await self._change(remove=[Rule("p", subject, space_name(space_id), action)])
 
+    # roles ------------------------------------------------------------------------------
+
+    async def set_role(self, principal_id: uuid.UUID, role: str, member: bool) -> PolicyChange:
+        rule = Rule("g", await self._principal_name(principal_id), f"role:{role}")
+        if member:
+            return await self._change(add=[rule])
+        if principal_id == self._caller.principal_id:
+            raise PolicyNameInvalid(
+                "You cannot take your own policy role away (ask another policy admin)."
+            )
+        return await self._change(remove=[rule])
+
     # delegation -------------------------------------------------------------------------
 
     async def set_delegate(self, user_id: uuid.UUID, agent_id: uuid.UUID, *, allowed: bool) -> None:

@@ -57,6 +57,9 @@ class Visible:
     action: Action
     allowed: ColumnElement[Any]
     """A `uuid[]` SQL expression: the spaces the caller holds `action` on."""
+    readable: ColumnElement[Any] | None = None
+    """For writes and deletes: the spaces the caller reads. A row is touched only where the
+    caller can also read it, `read_requires` included (None: `allowed` is the read set)."""
 
     @classmethod
     def of_spaces(
@@ -68,12 +71,15 @@ class Visible:
     def clause(
         self, *, include_superseded: bool = False, include_expired: bool = False
     ) -> ColumnElement[bool]:
+        readable = self.allowed if self.readable is None else self.readable
         conditions: list[ColumnElement[bool]] = [
             Memory.tenant_id == self.tenant_id,
             Memory.space_id == any_(self.allowed),
-            Memory.read_requires.contained_by(self.allowed),
+            Memory.read_requires.contained_by(readable),
             Memory.revoked_at.is_(None),
         ]
+        if self.readable is not None:
+            conditions.append(Memory.space_id == any_(readable))
         if not include_superseded:
             conditions.append(Memory.superseded_at.is_(None))
         if not include_expired:
@@ -98,14 +104,20 @@ class Visible:
 
 def visible(principal: Principal, action: Action) -> Visible:
     with span("policy.visible", {"memgate.policy.action": action.value}):
-        granted = _granted_spaces(principal, action).subquery()
-        allowed = (
-            sa_select(func.coalesce(func.array_agg(granted.c.id), literal([], _UUID_ARRAY)))
-            .select_from(granted)
-            .scalar_subquery()
-        )
-        # The cast makes `= ANY(...)` take the array value, not the subquery's rows.
-        return Visible(principal.tenant_id, action, cast(allowed, _UUID_ARRAY))
+        allowed = _granted_array(principal, action)
+        readable = None if action is Action.READ else _granted_array(principal, Action.READ)
+        return Visible(principal.tenant_id, action, allowed, readable)
+
+
+def _granted_array(principal: Principal, action: Action) -> ColumnElement[Any]:
+    granted = _granted_spaces(principal, action).subquery()
+    array = (
+        sa_select(func.coalesce(func.array_agg(granted.c.id), literal([], _UUID_ARRAY)))
+        .select_from(granted)
+        .scalar_subquery()
+    )
+    # The cast makes `= ANY(...)` take the array value, not the subquery's rows.
+    return cast(array, _UUID_ARRAY)
 
 
 async def granted_space_ids(

@@ -51,7 +51,7 @@ async def test_the_route_scope_alone_is_enough(api: Api, route: Route) -> None:
 
 def _one_role(path: str) -> str:
     """Role routes are listed for the one role there is."""
-    return path.replace("{role:str}", "auditor")
+    return path.replace("/roles/{role:str}", "/roles/auditor") if "/principals/" in path else path
 
 
 def test_route_table_covers_every_route() -> None:

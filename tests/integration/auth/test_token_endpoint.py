@@ -119,6 +119,11 @@ async def test_agent_client_cannot_be_registered_with_admin_scopes(api: Api) -> 
 
 async def test_admin_client_token_may_hold_admin_scopes(api: Api) -> None:
     principal = await api.new_principal("ops")
+    # Listing principals needs the policy admin grant besides the scope.
+    made = await api.http.put(
+        f"/v1/roles/policy_admin/members/{principal['id']}", headers=api.admin.headers
+    )
+    assert made.status_code == 200, made.text
     created = await api.new_client(principal["id"], ["manage:policy", "read:memory"], kind="admin")
     client_id, secret = created["client"]["client_id"], created["client_secret"]
     response = await api.token_response(client_id, secret, "manage:policy")

@@ -11,6 +11,10 @@ from tests.fixtures.api import Agent, Api
 
 async def _narrow_admin(api: Api, scopes: list[str]) -> tuple[dict[str, Any], dict[str, str]]:
     me = await api.new_principal("policy-admin")
+    made = await api.http.put(
+        f"/v1/roles/policy_admin/members/{me['id']}", headers=api.admin.headers
+    )
+    assert made.status_code == 200, made.text
     created = await api.new_client(me["id"], scopes, kind="admin")
     token = await api.access_token(created["client"]["client_id"], created["client_secret"])
     return me, {"Authorization": f"Bearer {token}"}

@@ -4,6 +4,7 @@ scope, no policy grant, another tenant's ids, invalid names, chains deeper than 
 
 from __future__ import annotations
 
+import json
 import uuid
 from typing import Any
 
@@ -237,6 +238,8 @@ POLICY_ROUTES = [
     ("DELETE", "/v1/spaces/{id}/grants/{id}/{id}", "manage:policy"),
     ("GET", "/v1/spaces/{id}/access/{id}", "read:policy"),
     ("GET", "/v1/principals/{id}/permissions", "read:policy"),
+    ("PUT", "/v1/roles/{id}/members/{id}", "manage:policy"),
+    ("DELETE", "/v1/roles/{id}/members/{id}", "manage:policy"),
     ("PUT", "/v1/principals/{id}/delegates/{id}", "manage:policy"),
     ("DELETE", "/v1/principals/{id}/delegates/{id}", "manage:policy"),
 ]
@@ -245,7 +248,13 @@ POLICY_ROUTES = [
 
 def _concrete(template: str) -> str:
     """Path parameters filled in: ids are random, an action is `read`, a subject `role:x`."""
-    fillers = iter([str(uuid.uuid4()), "read", "role:x"] if "/grants/" in template else [])
+    fillers = iter(
+        [str(uuid.uuid4()), "read", "role:x"]
+        if "/grants/" in template
+        else ["policy_admin"]
+        if template.startswith("/v1/roles")
+        else []
+    )
     parts = template.split("{id}")
     filled = [parts[0]]
     for i, part in enumerate(parts[1:]):
@@ -282,7 +291,7 @@ def test_the_policy_route_table_covers_the_policy_routes() -> None:
     declared = {
         (method, re.sub(r"\{\w+:str\}", "{id}", route.path).rstrip("/"))
         for route in create_app().routes
-        if route.path.startswith(("/v1/teams", "/v1/spaces"))
+        if route.path.startswith(("/v1/teams", "/v1/spaces", "/v1/roles"))
         or route.path.endswith(("/permissions", "/delegates/{agent_id:str}"))
         for method in getattr(route, "methods", ())
         if method not in {"HEAD", "OPTIONS"}
@@ -331,3 +340,82 @@ async def test_a_derived_memory_is_visible_only_to_readers_of_every_source(api: 
     assert_problem(refused, 404, "memory-not-found")
     assert note["id"] in refused.json()["detail"]
     assert (await _ids(api, bob))["list"] == {fact["id"]}
+
+
+async def test_the_policy_admin_role_is_granted_and_taken_through_the_api(api: Api) -> None:
+    officer = await api.new_principal("officer")
+    client = await api.new_client(officer["id"], ["manage:policy"], kind="admin")
+    token = await api.access_token(client["client"]["client_id"], client["client_secret"])
+    headers = {"Authorization": f"Bearer {token}"}
+    # manage:policy alone manages nothing: not principals, not teams
+    assert_problem(
+        await api.http.get("/v1/principals", headers=headers), 403, "policy-admin-required"
+    )
+    role = f"/v1/roles/policy_admin/members/{officer['id']}"
+    granted = await api.http.put(role, headers=api.admin.headers)
+    assert granted.status_code == 200, granted.text
+    assert (await api.http.get("/v1/principals", headers=headers)).status_code == 200
+    assert (
+        await api.http.post("/v1/teams", json={"name": "x"}, headers=headers)
+    ).status_code == 201
+    own = await api.http.delete(f"/v1/roles/policy_admin/members/{officer['id']}", headers=headers)
+    assert_problem(own, 422, "policy-name-invalid")
+    taken = await api.http.delete(role, headers=api.admin.headers)
+    assert taken.status_code == 200
+    assert_problem(
+        await api.http.get("/v1/principals", headers=headers), 403, "policy-admin-required"
+    )
+    unknown_role = await api.http.put(
+        f"/v1/roles/root/members/{officer['id']}", headers=api.admin.headers
+    )
+    assert unknown_role.status_code in {400, 422}
+
+
+async def test_a_reader_of_every_source_may_supersede_and_delete_a_derived_memory(
+    api: Api,
+) -> None:
+    """Writes and deletes check `read_requires` against what the caller reads, not against its
+    write or delete grants (red-team: such a reader got 500 writing, 404 deleting)."""
+    alice, carol = await api.new_agent("alice"), await api.new_agent("carol")
+    space = await _space(api)
+    for action in ("read", "write", "delete"):
+        await _grant(api, space["id"], action, _subject(alice))
+        await _grant(api, space["id"], action, _subject(carol))
+    alice_row = await _ok(
+        await api.http.get(f"/v1/principals/{alice.principal_id}", headers=api.admin.headers)
+    )
+    await _grant(api, alice_row["personal_space_id"], "read", _subject(carol))
+    note = await api.remember(alice, key="n", value="alice's note")
+    summary = await api.remember(
+        alice, key="s", value="summary v1", space_id=space["id"], derived_from=[note["id"]]
+    )
+    newer = await api.remember(
+        carol, key="s", value="summary v2", space_id=space["id"], derived_from=[note["id"]]
+    )
+    assert newer["version"] == 2
+    assert newer["supersedes"] == summary["id"]
+    gone = await api.http.delete(f"/v1/memories/{newer['id']}", headers=carol.headers)
+    assert gone.status_code == 204, gone.text
+
+
+async def test_a_hidden_derived_version_is_neither_run_into_nor_superseded(api: Api) -> None:
+    """Same subject, kind and key in one space, different audiences: separate chains. A writer
+    who cannot see the derived row neither collides with it (it used to get a 500 that told it
+    the row existed) nor has its own fact closed by it."""
+    alice, bob = await api.new_agent("alice"), await api.new_agent("bob")
+    space = await _space(api)
+    for who in (alice, bob):
+        for action in ("read", "write"):
+            await _grant(api, space["id"], action, _subject(who))
+    fact = await api.remember(bob, key="plan", value="bob's team fact", space_id=space["id"])
+    note = await api.remember(alice, key="n", value="alice's private note")
+    summary = await api.remember(
+        alice, key="plan", value="derived plan", space_id=space["id"], derived_from=[note["id"]]
+    )
+    assert summary["version"] == 1
+    assert summary["supersedes"] is None
+    still = await _ok(await api.http.get(f"/v1/memories/{fact['id']}", headers=bob.headers))
+    assert still["status"] == "live"
+    again = await api.remember(bob, key="plan", value="bob's second fact", space_id=space["id"])
+    assert again["supersedes"] == fact["id"]
+    assert summary["id"] not in json.dumps(again)

@@ -137,3 +137,40 @@ async def test_rls_alone_refuses_an_insert_into_a_space_without_write(api: Api) 
     )
     with pytest.raises(DBAPIError, match="row-level security"):
         await _unfiltered(api, api.tenant_id, bob.principal_id, row)
+
+
+async def test_rls_alone_keeps_write_and_delete_only_grants_off_unreadable_rows(api: Api) -> None:
+    """An UPDATE or DELETE naming no column is checked by its own policy only: those policies
+    demand read too (red-team: a write-only grant overwrote, a delete-only grant deleted)."""
+    world = await _setup(api)
+    mallory = await api.new_agent("mallory")
+    space_id = world["space"]["id"]
+    for action in ("write", "delete"):
+        granted = await api.http.put(
+            f"/v1/spaces/{space_id}/grants/{action}/user:{mallory.principal_id}",
+            headers=api.admin.headers,
+        )
+        assert granted.status_code == 200, granted.text
+    for sql in ("UPDATE memories SET value = 'pwned'", "DELETE FROM memories"):
+        assert await _unfiltered(api, api.tenant_id, mallory.principal_id, sql) == 0
+    # bob reads and writes the team space but not alice's private space: the summary derived
+    # from her note is out of his reach, for DELETE too.
+    team_reader = world["bob"]
+    for action in ("read", "write", "delete"):
+        await api.http.put(
+            f"/v1/spaces/{space_id}/grants/{action}/user:{team_reader.principal_id}",
+            headers=api.admin.headers,
+        )
+    deleted = await _unfiltered(
+        api,
+        api.tenant_id,
+        team_reader.principal_id,
+        "DELETE FROM memories WHERE value LIKE 'summary%'",
+    )
+    assert deleted == 0
+    alice = world["alice"]
+    still = await _unfiltered(
+        api, api.tenant_id, alice.principal_id, "SELECT value FROM memories ORDER BY value"
+    )
+    assert "summary of a private note" in still
+    assert "team" in still
