@@ -12,13 +12,15 @@ RUN useradd --system --uid 10001 --home-dir /data memgate && mkdir -p /data \
     && chown memgate /data
 COPY --from=build /opt/memgate /opt/memgate
 COPY migrations /app/migrations
+COPY policies /app/policies
 COPY openapi.yaml /app/openapi.yaml
 ENV PATH=/opt/memgate/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     MEMGATE_DATA_DIR=/data \
     MEMGATE_HOST=0.0.0.0 \
     MEMGATE_JSON_LOGS=1 \
-    MEMGATE_MIGRATIONS_DIR=/app/migrations
+    MEMGATE_MIGRATIONS_DIR=/app/migrations \
+    MEMGATE_POLICIES_DIR=/app/policies
 USER 10001
 EXPOSE 8080
 HEALTHCHECK CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8080/healthz')"]

@@ -37,7 +37,8 @@ from service.identity.schemas import (
     RoleGrant,
 )
 from service.policy.compile import add_own_grants, lock_policy, recompile
-from service.policy.rules import POLICY_ADMIN, Rule, add_rules, personal_space_rules
+from service.policy.rules import add_rules, personal_space_rules
+from service.policy.seed import bootstrap_rules
 from service.problems import InsufficientScope
 
 LIST_LIMIT = 500
@@ -308,7 +309,7 @@ async def create_tenant(session: AsyncSession, name: str) -> BootstrapResult:
     admin = await identity.create_principal(PrincipalCreate(kind="user", display_name="admin"))
     await identity.grant_role(admin.id, "auditor")
     await lock_policy(session, tenant.tenant_id)
-    await add_rules(session, tenant.tenant_id, [Rule("g", f"user:{admin.id}", POLICY_ADMIN)])
+    await add_rules(session, tenant.tenant_id, bootstrap_rules(f"user:{admin.id}"))
     await recompile(session, tenant.tenant_id)
     founder = _Founder(admin.id, ALL_SCOPES)
     created = await identity.create_client(

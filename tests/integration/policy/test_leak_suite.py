@@ -1,10 +1,9 @@
 """The leak suite: a tenant with two teams, team facts and private notes that share subjects and
 keys, a team summary derived from a private note, and a second tenant with the same subjects.
-Every memory carries its own canary. For every read surface built so far (search, get, list
-with filters, error bodies, policy-read endpoints, logs, audit rows) and for row-level security
-alone, no principal ever receives a canary it may not read.
-
-Not yet covered (the surfaces do not exist yet): history walks, counts, token exchange."""
+Every memory carries its own canary. For every read surface (search, get, list with filters,
+history walks along `supersedes`, error bodies, policy-read endpoints, logs, audit rows) and
+for row-level security alone, no principal ever receives a canary it may not read. Delegated
+tokens are covered by test_token_exchange.py; there is no counts endpoint yet."""
 
 from __future__ import annotations
 
@@ -211,3 +210,35 @@ async def audit_rows_of(api: Api) -> list[dict[str, Any]]:
         return await audit_rows(engine)
     finally:
         await engine.dispose()
+
+
+async def test_a_history_walk_never_steps_onto_a_version_it_may_not_read(api: Api) -> None:
+    """Versions of one key share space and audience, so a walk along `supersedes` either
+    continues on readable versions or stops with the same 404 a random id gets."""
+    world = await _build(api)
+    bob = world.agents["bob"]
+    fact = world.memories["canary-team-billing"]
+    newer = await api.remember(
+        bob, subject=SUBJECT, key=KEY, value="canary-team-billing-v2", space_id=fact["space_id"]
+    )
+    world.readers["canary-team-billing-v2"] = {"alice", "bob"}
+    assert newer["supersedes"] == fact["id"]
+    for name in ("alice", "bob", "dave"):
+        walker = world.agents[name]
+        current: str | None = newer["id"]
+        seen: list[str] = []
+        while current is not None:
+            got = await api.http.get(f"/v1/memories/{current}", headers=walker.headers)
+            if got.status_code == 404:
+                random_id = str(uuid.uuid4())
+                baseline = await api.http.get(f"/v1/memories/{random_id}", headers=walker.headers)
+                assert got.content.replace(current.encode(), b"{id}") == (
+                    baseline.content.replace(random_id.encode(), b"{id}")
+                )
+                break
+            assert got.status_code == 200, got.text
+            seen.append(got.text)
+            current = got.json()["supersedes"]
+        assert _leaks("\n".join(seen), name, world) == []
+        expected_hops = 2 if name in {"alice", "bob"} else 0
+        assert len(seen) == expected_hops
