@@ -61,3 +61,19 @@ def run_verify_cli(
         command += ["--checkpoint", str(tmp_path / "checkpoint.json")]
         command += ["--keys", str(tmp_path / "keys.json")]
     return subprocess.run(command, capture_output=True, text=True, check=False)  # noqa: S603
+
+
+async def verify_report(api: Api, **params: Any) -> dict[str, Any]:
+    """GET /v1/audit/verify as the tenant's auditor."""
+    response = await auditor_get(api, "/v1/audit/verify", **params)
+    assert response.status_code == 200, response.text
+    body: dict[str, Any] = response.json()
+    return body
+
+
+async def export_events(api: Api) -> list[dict[str, Any]]:
+    """GET /v1/audit/export, parsed."""
+    response = await auditor_get(api, "/v1/audit/export")
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"].startswith("application/x-ndjson")
+    return [json.loads(line) for line in response.text.splitlines()]

@@ -26,7 +26,13 @@ from service.settings import Settings
 from tests.conftest import PUBLIC_URL
 from tests.fixtures.api import Api
 from tests.fixtures.postgres import app_login
-from tests.integration.audit.support import auditor_get, owner_execute, run_verify_cli
+from tests.integration.audit.support import (
+    auditor_get,
+    export_events,
+    owner_execute,
+    run_verify_cli,
+    verify_report,
+)
 
 GUARDS_OFF = "ALTER TABLE audit_events DISABLE TRIGGER audit_no_mutation"
 GUARDS_ON = "ALTER TABLE audit_events ENABLE ALWAYS TRIGGER audit_no_mutation"
@@ -37,24 +43,6 @@ async def _rows(api: Api, n: int) -> uuid.UUID:
     for i in range(n):
         await api.http.get("/v1/memories", headers=alice.headers, params={"limit": i % 5 + 1})
     return uuid.UUID(api.tenant_id)
-
-
-async def _verify(api: Api, **params: Any) -> dict[str, Any]:
-    response = await auditor_get(api, "/v1/audit/verify", **params)
-    assert response.status_code == 200, response.text
-    body: dict[str, Any] = response.json()
-    return body
-
-
-async def _export(api: Api) -> list[dict[str, Any]]:
-    response = await auditor_get(api, "/v1/audit/export")
-    return [json.loads(line) for line in response.text.splitlines()]
-
-
-async def _export_before_tamper(api: Api, owner: AsyncEngine, seq: int) -> list[dict[str, Any]]:
-    """The rows as the owner sees them up to `seq` (the export call itself would append)."""
-    events = await _export(api)
-    return [event for event in events if event["seq"] <= seq]
 
 
 async def test_a_truncated_tail_behind_a_moved_head_is_missing_rows(
@@ -75,13 +63,13 @@ async def test_a_truncated_tail_behind_a_moved_head_is_missing_rows(
         t=tenant,
         cut=cut,
     )
-    report = await _verify(api, to_seq=cut)
+    report = await verify_report(api, to_seq=cut)
     assert (report["ok"], report["first_bad_seq"], report["reason"]) == (
         False,
         cut + 1,
         "missing_row",
     )
-    exported = [event for event in await _export(api) if event["seq"] <= cut]
+    exported = [event for event in await export_events(api) if event["seq"] <= cut]
     verdict = verify_events(exported, {"seq": checkpoint["seq"], "hash": checkpoint["hash"]})
     assert (verdict.ok, verdict.first_bad_seq, verdict.reason) == (False, cut + 1, "missing_row")
     outcome = run_verify_cli(tmp_path, exported, checkpoint, keys)
@@ -104,7 +92,7 @@ async def test_a_wiped_chain_with_checkpoints_is_missing_its_first_row(
     )
     # The verify call itself starts a new chain at 1 (the head was gone): still caught, since
     # checkpoints prove rows up to a later seq existed... and row 1 is not the row they covered.
-    report = await _verify(api)
+    report = await verify_report(api)
     assert report["ok"] is False
     assert report["reason"] in {"missing_row", "checkpoint_mismatch", "chain_broken"}
 
@@ -120,9 +108,9 @@ async def test_a_deleted_first_row_is_found_by_both_verifiers(
         GUARDS_ON,
         t=tenant,
     )
-    report = await _verify(api)
+    report = await verify_report(api)
     assert (report["first_bad_seq"], report["reason"]) == (1, "missing_row")
-    verdict = verify_events(await _export(api))
+    verdict = verify_events(await export_events(api))
     assert (verdict.first_bad_seq, verdict.reason) == (1, "missing_row")
 
 
@@ -142,7 +130,7 @@ async def test_a_planted_checkpoint_neither_silences_the_signer_nor_is_served(
     latest = (await auditor_get(api, "/v1/audit/checkpoints/latest")).json()
     assert latest["kid"] != "forged"
     assert latest["seq"] < 4611686018427387904
-    report = await _verify(api)
+    report = await verify_report(api)
     assert report["ok"] is False  # a checkpoint beyond the chain is reported, not ignored
 
 
@@ -159,9 +147,9 @@ async def test_reshaped_arrays_are_found_by_both_verifiers_at_the_same_row(
         GUARDS_ON,
         t=tenant,
     )
-    report = await _verify(api)
+    report = await verify_report(api)
     assert (report["first_bad_seq"], report["reason"]) == (5, "row_hash_mismatch")
-    verdict = verify_events(await _export(api))
+    verdict = verify_events(await export_events(api))
     assert (verdict.first_bad_seq, verdict.reason) == (5, "row_hash_mismatch")
 
 

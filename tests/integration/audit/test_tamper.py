@@ -22,7 +22,13 @@ from service.runtime import build_runtime
 from service.settings import Settings
 from tests.conftest import PUBLIC_URL
 from tests.fixtures.api import Api
-from tests.integration.audit.support import auditor_get, owner_execute, run_verify_cli
+from tests.integration.audit.support import (
+    auditor_get,
+    export_events,
+    owner_execute,
+    run_verify_cli,
+    verify_report,
+)
 
 ROWS = 8
 
@@ -34,20 +40,6 @@ async def _chain(api: Api) -> uuid.UUID:
         await api.remember(alice, key=f"k.{n}", value=f"value {n}")
     await api.http.get("/v1/memories", headers=alice.headers)
     return uuid.UUID(api.tenant_id)
-
-
-async def _verify(api: Api, **params: Any) -> dict[str, Any]:
-    response = await auditor_get(api, "/v1/audit/verify", **params)
-    assert response.status_code == 200, response.text
-    body: dict[str, Any] = response.json()
-    return body
-
-
-async def _export(api: Api) -> list[dict[str, Any]]:
-    response = await auditor_get(api, "/v1/audit/export")
-    assert response.status_code == 200, response.text
-    assert response.headers["content-type"].startswith("application/x-ndjson")
-    return [json.loads(line) for line in response.text.splitlines()]
 
 
 async def _tamper(owner: AsyncEngine, *statements: str, **params: Any) -> None:
@@ -165,7 +157,7 @@ async def test_an_untouched_chain_verifies_against_its_checkpoint(api: Api, tmp_
     tenant = await _chain(api)
     assert await run_checkpoints(api.runtime.sessionmaker, api.runtime.kek) >= 1
     checkpoint = (await auditor_get(api, "/v1/audit/checkpoints/latest")).json()
-    report = await _verify(api)
+    report = await verify_report(api)
     assert report["ok"] is True
     assert report["first_bad_seq"] is None
     assert report["checked"] == report["head_seq"] >= ROWS
@@ -174,7 +166,7 @@ async def test_an_untouched_chain_verifies_against_its_checkpoint(api: Api, tmp_
     assert report["checkpoint"]["matches_chain"] is True
     assert checkpoint["tenant_id"] == str(tenant)
 
-    exported = await _export(api)
+    exported = await export_events(api)
     assert [event["seq"] for event in exported] == list(range(1, len(exported) + 1))
     verdict = verify_events(exported, {"seq": checkpoint["seq"], "hash": checkpoint["hash"]})
     assert verdict.ok
@@ -219,13 +211,13 @@ async def test_verify_names_the_first_tampered_row(
     statement, reason = TAMPERING[kind]
     seq = 5
     await _tamper(owner_engine, statement, tenant=tenant, seq=seq)
-    report = await _verify(api)
+    report = await verify_report(api)
     assert report["ok"] is False
     assert (report["first_bad_seq"], report["reason"]) == (seq, reason)
     # A range that ends before the damage still verifies; one that starts after it does too
     # (each row is chained to its stored predecessor).
-    assert (await _verify(api, to_seq=seq - 1))["ok"] is True
-    verdict = verify_events(await _export(api))
+    assert (await verify_report(api, to_seq=seq - 1))["ok"] is True
+    verdict = verify_events(await export_events(api))
     assert (verdict.first_bad_seq, verdict.reason) == (seq, reason)
 
 
@@ -259,14 +251,14 @@ async def test_a_consistent_rewrite_is_caught_by_the_checkpoint(
         "WHERE e.tenant_id = h.tenant_id AND e.seq = h.seq) WHERE h.tenant_id = :tenant",
         tenant=tenant,
     )
-    report = await _verify(api, to_seq=checkpoint["seq"])
+    report = await verify_report(api, to_seq=checkpoint["seq"])
     assert report["ok"] is False
     assert report["reason"] == "checkpoint_mismatch"
     assert report["first_bad_seq"] == checkpoint["seq"]
     assert report["checkpoint"]["signature_valid"] is True
     assert report["checkpoint"]["matches_chain"] is False
 
-    exported = await _export(api)
+    exported = await export_events(api)
     assert verify_events(exported).ok  # internally consistent...
     outcome = run_verify_cli(tmp_path, exported, checkpoint, keys)
     assert outcome.returncode == 1
