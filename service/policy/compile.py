@@ -11,6 +11,7 @@ never cuts a chain the API let in.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -23,13 +24,33 @@ CASBIN_MAX_HIERARCHY = 10
 _LOCK_TENANT = text(
     "SELECT policy_version FROM tenants WHERE tenant_id = :tenant FOR NO KEY UPDATE"
 )
-_CLEAR = text("DELETE FROM space_grants WHERE tenant_id = :tenant")
+_CLEAR = text(
+    "DELETE FROM space_grants WHERE tenant_id = :tenant "
+    "AND (CAST(:only AS uuid[]) IS NULL OR principal_id = ANY(CAST(:only AS uuid[])))"
+)
+# The principals whose grants can depend on rules about `subject`: those that reach it through
+# `g` links (the subject itself when it is a principal).
+_AFFECTED = text(
+    """
+    WITH RECURSIVE back(member, depth) AS (
+        SELECT CAST(:subject AS text), 0
+      UNION
+        SELECT g.v0, b.depth + 1 FROM back b
+          JOIN casbin_rule g ON g.tenant_id = :tenant AND g.ptype = 'g' AND g.v1 = b.member
+         WHERE b.depth < :max_depth
+    )
+    SELECT p.id FROM principals p
+     WHERE p.tenant_id = :tenant AND p.kind || ':' || p.id::text IN (SELECT member FROM back)
+    """
+)
 _COMPILE = text(
     """
     WITH RECURSIVE
     roles(principal_id, role, depth) AS (
         SELECT p.id, p.kind || ':' || p.id::text, 0
-          FROM principals p WHERE p.tenant_id = :tenant
+          FROM principals p
+         WHERE p.tenant_id = :tenant
+           AND (CAST(:only AS uuid[]) IS NULL OR p.id = ANY(CAST(:only AS uuid[])))
       UNION
         SELECT r.principal_id, g.v1, r.depth + 1
           FROM roles r
@@ -80,19 +101,33 @@ async def add_own_grants(
         ),
         {"tenant": tenant_id, "principal": principal_id, "space": space_id},
     )
-    return await _bump(session, tenant_id)
+    return await bump_version(session, tenant_id)
 
 
-async def recompile(session: AsyncSession, tenant_id: uuid.UUID) -> int:
+async def recompile(
+    session: AsyncSession, tenant_id: uuid.UUID, *, subjects: Sequence[str] | None = None
+) -> int:
     """Rebuild the tenant's grants from its rules; returns the new policy version. The caller
-    holds `lock_policy` and owns the transaction."""
-    params = {"tenant": tenant_id, "max_depth": CASBIN_MAX_HIERARCHY}
+    holds `lock_policy` and owns the transaction. With `subjects` (the names whose rules
+    changed), only the principals that reach one of them are rebuilt: adding a member to a team
+    rebuilds that member, not the tenant (a test compares this with a full compile)."""
+    only: list[uuid.UUID] | None = None
+    if subjects is not None:
+        found: set[uuid.UUID] = set()
+        for subject in subjects:
+            rows = await session.scalars(
+                _AFFECTED,
+                {"tenant": tenant_id, "subject": subject, "max_depth": CASBIN_MAX_HIERARCHY},
+            )
+            found.update(rows)
+        only = sorted(found)
+    params = {"tenant": tenant_id, "max_depth": CASBIN_MAX_HIERARCHY, "only": only}
     await session.execute(_CLEAR, params)
     await session.execute(_COMPILE, params)
-    return await _bump(session, tenant_id)
+    return await bump_version(session, tenant_id)
 
 
-async def _bump(session: AsyncSession, tenant_id: uuid.UUID) -> int:
+async def bump_version(session: AsyncSession, tenant_id: uuid.UUID) -> int:
     version = (await session.execute(_BUMP, {"tenant": tenant_id})).scalar_one()
     await session.execute(
         text("SELECT pg_notify('memgate_policy', :payload)"),

@@ -37,9 +37,10 @@ async def test_concurrent_creations_all_succeed_and_all_get_their_grants(api: Ap
         assert spaces_granted == {created["personal_space_id"]}
 
 
-async def test_seeding_a_principal_adds_exactly_what_a_full_compile_would(api: Api) -> None:
-    """New principals get their three personal grants without recompiling the tenant (a full
-    compile per principal made onboarding quadratic); the result must equal a full compile."""
+async def test_seeding_and_scoped_rebuilds_equal_a_full_compile(api: Api) -> None:
+    """New principals get their three personal grants without recompiling the tenant, and a
+    membership or grant change rebuilds only the principals that reach its subject (a full
+    compile per change made onboarding quadratic); the result must equal a full compile."""
     headers = api.admin.headers
     team = (await api.http.post("/v1/teams", json={"name": "t"}, headers=headers)).json()
     space = (await api.http.post("/v1/spaces", json={"name": "s"}, headers=headers)).json()
@@ -49,7 +50,24 @@ async def test_seeding_a_principal_adds_exactly_what_a_full_compile_would(api: A
     for n in range(3):
         agent = await api.new_agent(f"a{n}")
         await api.http.put(f"/v1/teams/{team['id']}/members/{agent.principal_id}", headers=headers)
-    await api.new_agent("late")  # seeded after the team rules exist
+    late = await api.new_agent("late")  # seeded after the team rules exist
+    # Scoped rebuilds (membership, grants, revokes) and a sub-space (a full rebuild).
+    await api.http.put(f"/v1/teams/{team['id']}/members/{late.principal_id}", headers=headers)
+    child = await api.http.post(
+        "/v1/spaces", json={"name": "c", "parent_id": space["space"]["id"]}, headers=headers
+    )
+    assert child.status_code == 201, child.text
+    await api.http.put(
+        f"/v1/spaces/{space['space']['id']}/grants/write/user:{late.principal_id}",
+        headers=headers,
+    )
+    await api.http.delete(f"/v1/teams/{team['id']}/members/{agent.principal_id}", headers=headers)
+    await api.http.delete(
+        f"/v1/spaces/{space['space']['id']}/grants/read/{team['subject']}", headers=headers
+    )
+    await api.http.put(
+        f"/v1/spaces/{space['space']['id']}/grants/read/{team['subject']}", headers=headers
+    )
     tenant = uuid.UUID(api.tenant_id)
     query = text(
         "SELECT principal_id, action, space_id FROM space_grants WHERE tenant_id = :t "
