@@ -29,3 +29,7 @@ class PolicyNameInvalid(
 
 class PolicyTooDeep(Problem, slug="policy-too-deep", status=422, title="Policy chain too deep"):
     """Membership and sub-space chains may have at most 8 links (and no cycles)."""
+
+
+class PersonalSpace(Problem, slug="personal-space", status=422, title="Personal space"):
+    """Personal spaces belong to their owner alone; they cannot be shared or nested under."""

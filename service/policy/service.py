@@ -18,6 +18,7 @@ from service.db.models import CasbinRule, Delegation, Principal, Space, SpaceGra
 from service.identity.problems import PrincipalNotFound
 from service.policy.compile import CASBIN_MAX_HIERARCHY, bump_version, lock_policy, recompile
 from service.policy.problems import (
+    PersonalSpace,
     PolicyAdminRequired,
     PolicyNameInvalid,
     PolicyTooDeep,
@@ -136,7 +137,7 @@ class PolicyService:
 
     async def create_space(self, data: SpaceCreate) -> SpaceCreated:
         if data.parent_id is not None:
-            await self._space(data.parent_id)
+            self._not_personal(await self._space(data.parent_id))
         space = Space(
             tenant_id=self._tenant_id,
             id=uuid7(),
@@ -161,12 +162,12 @@ class PolicyService:
     # grants -----------------------------------------------------------------------------
 
     async def grant(self, space_id: uuid.UUID, action: PolicyAction, subject: str) -> PolicyChange:
-        await self._space(space_id)
+        self._not_personal(await self._space(space_id))
         await self._check_subject(subject)
         return await self._change(add=[Rule("p", subject, space_name(space_id), action)])
 
     async def revoke(self, space_id: uuid.UUID, action: PolicyAction, subject: str) -> PolicyChange:
-        await self._space(space_id)
+        self._not_personal(await self._space(space_id))
         await self._check_subject(subject)
         return await self._change(remove=[Rule("p", subject, space_name(space_id), action)])
 
@@ -309,6 +310,16 @@ class PolicyService:
         if space is None:
             raise SpaceUnknown(f"No space {space_id} in your tenant.")
         return space
+
+    @staticmethod
+    def _not_personal(space: Space) -> None:
+        """A personal space is its owner's alone (DESIGN: owner only): no policy change may
+        share it, hang sub-spaces under it, or take the owner's grants away."""
+        if space.kind == "personal":
+            raise PersonalSpace(
+                f"Space {space.id} is a personal space: only its owner uses it. Share through a "
+                "team or tenant space instead."
+            )
 
     async def _principal_name(self, principal_id: uuid.UUID) -> str:
         row = await self._session.get(Principal, (self._tenant_id, principal_id))

@@ -377,15 +377,14 @@ async def test_a_reader_of_every_source_may_supersede_and_delete_a_derived_memor
     """Writes and deletes check `read_requires` against what the caller reads, not against its
     write or delete grants (red-team: such a reader got 500 writing, 404 deleting)."""
     alice, carol = await api.new_agent("alice"), await api.new_agent("carol")
-    space = await _space(api)
+    space, sources = await _space(api), await _space(api, "sources")
     for action in ("read", "write", "delete"):
         await _grant(api, space["id"], action, _subject(alice))
         await _grant(api, space["id"], action, _subject(carol))
-    alice_row = await _ok(
-        await api.http.get(f"/v1/principals/{alice.principal_id}", headers=api.admin.headers)
-    )
-    await _grant(api, alice_row["personal_space_id"], "read", _subject(carol))
-    note = await api.remember(alice, key="n", value="alice's note")
+    for action in ("read", "write"):
+        await _grant(api, sources["id"], action, _subject(alice))
+    await _grant(api, sources["id"], "read", _subject(carol))  # carol reads the sources only
+    note = await api.remember(alice, key="n", value="alice's note", space_id=sources["id"])
     summary = await api.remember(
         alice, key="s", value="summary v1", space_id=space["id"], derived_from=[note["id"]]
     )
@@ -419,3 +418,26 @@ async def test_a_hidden_derived_version_is_neither_run_into_nor_superseded(api: 
     again = await api.remember(bob, key="plan", value="bob's second fact", space_id=space["id"])
     assert again["supersedes"] == fact["id"]
     assert summary["id"] not in json.dumps(again)
+
+
+async def test_personal_spaces_are_their_owners_alone(api: Api) -> None:
+    alice, mallory = await api.new_agent("alice"), await api.new_agent("mallory")
+    alice_row = await _ok(
+        await api.http.get(f"/v1/principals/{alice.principal_id}", headers=api.admin.headers)
+    )
+    personal = alice_row["personal_space_id"]
+    for method, action, subject in (
+        ("PUT", "read", _subject(mallory)),
+        ("DELETE", "read", _subject(alice)),
+    ):
+        response = await api.http.request(
+            method, f"/v1/spaces/{personal}/grants/{action}/{subject}", headers=api.admin.headers
+        )
+        assert_problem(response, 422, "personal-space")
+    nested = await api.http.post(
+        "/v1/spaces", json={"name": "under", "parent_id": personal}, headers=api.admin.headers
+    )
+    assert_problem(nested, 422, "personal-space")
+    note = await api.remember(alice, key="k", value="alice only")
+    hidden = await api.http.get(f"/v1/memories/{note['id']}", headers=mallory.headers)
+    assert_problem(hidden, 404, "memory-not-found")
