@@ -21,7 +21,7 @@ import time
 import uuid
 from collections.abc import Iterable, MutableMapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import structlog
 from litestar.enums import ScopeType
@@ -362,7 +362,7 @@ def audit_recorder(app: ASGIApp, runtime: Runtime) -> ASGIApp:
         if scope["type"] != ScopeType.HTTP:
             await app(scope, receive, send)
             return
-        call = _Call(runtime, scope)  # type: ignore[arg-type]
+        call = _Call(runtime, cast(MutableMapping[str, Any], scope))
         replaced = False
 
         async def audited_send(message: Message) -> None:

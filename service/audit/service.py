@@ -8,7 +8,7 @@ import re
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 from sqlalchemy import Select, exists, select
@@ -22,6 +22,7 @@ from service.audit.schemas import (
     AuditPage,
     CheckpointOut,
     CheckpointVerdict,
+    Decision,
     VerifyOut,
 )
 from service.audit.verify import verify_range
@@ -66,7 +67,7 @@ def to_out(row: AuditEvent) -> AuditEventOut:
         action=row.action,
         target_ids=list(row.target_ids),
         result_count=row.result_count,
-        decision=row.decision,  # type: ignore[arg-type]
+        decision=cast(Decision, row.decision),  # the table's CHECK allows only these
         reason=row.reason,
         status=row.status,
         latency_us=row.latency_us,

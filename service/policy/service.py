@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import uuid
 from collections import defaultdict
+from typing import cast
 
 from sqlalchemy import delete, select, text
 from sqlalchemy.dialects.postgresql import insert
@@ -235,7 +236,7 @@ class PolicyService:
             principal_id=principal_id,
             policy_version=await self._version(),
             permissions=[
-                Permission(space_id=space_id, action=action, reasons=found)  # type: ignore[arg-type]
+                Permission(space_id=space_id, action=cast(PolicyAction, action), reasons=found)
                 for (space_id, action), found in reasons.items()
             ],
         )
