@@ -77,3 +77,12 @@ async def export_events(api: Api) -> list[dict[str, Any]]:
     assert response.status_code == 200, response.text
     assert response.headers["content-type"].startswith("application/x-ndjson")
     return [json.loads(line) for line in response.text.splitlines()]
+
+
+GUARDS_OFF = "ALTER TABLE audit_events DISABLE TRIGGER audit_no_mutation"
+GUARDS_ON = "ALTER TABLE audit_events ENABLE ALWAYS TRIGGER audit_no_mutation"
+
+
+async def tamper_as_owner(owner: AsyncEngine, *statements: str, **params: Any) -> None:
+    """As the owner (a superuser here), with the mutation guards switched off for the edit."""
+    await owner_execute(owner, GUARDS_OFF, *statements, GUARDS_ON, **params)

@@ -27,15 +27,14 @@ from tests.conftest import PUBLIC_URL
 from tests.fixtures.api import Api
 from tests.fixtures.postgres import app_login
 from tests.integration.audit.support import (
+    GUARDS_OFF,
     auditor_get,
     export_events,
     owner_execute,
     run_verify_cli,
+    tamper_as_owner,
     verify_report,
 )
-
-GUARDS_OFF = "ALTER TABLE audit_events DISABLE TRIGGER audit_no_mutation"
-GUARDS_ON = "ALTER TABLE audit_events ENABLE ALWAYS TRIGGER audit_no_mutation"
 
 
 async def _rows(api: Api, n: int) -> uuid.UUID:
@@ -53,13 +52,11 @@ async def test_a_truncated_tail_behind_a_moved_head_is_missing_rows(
     checkpoint = (await auditor_get(api, "/v1/audit/checkpoints/latest")).json()
     keys = (await auditor_get(api, "/v1/audit/keys")).json()
     cut = checkpoint["seq"] - 3
-    await owner_execute(
+    await tamper_as_owner(
         owner_engine,
-        GUARDS_OFF,
         "DELETE FROM audit_events WHERE tenant_id = :t AND seq > :cut",
         "UPDATE audit_heads h SET seq = :cut, row_hash = (SELECT row_hash FROM audit_events e "
         "WHERE e.tenant_id = h.tenant_id AND e.seq = :cut) WHERE h.tenant_id = :t",
-        GUARDS_ON,
         t=tenant,
         cut=cut,
     )
@@ -82,12 +79,10 @@ async def test_a_wiped_chain_with_checkpoints_is_missing_its_first_row(
 ) -> None:
     tenant = await _rows(api, 3)
     await run_checkpoints(api.runtime.sessionmaker, api.runtime.kek)
-    await owner_execute(
+    await tamper_as_owner(
         owner_engine,
-        GUARDS_OFF,
         "DELETE FROM audit_events WHERE tenant_id = :t",
         "DELETE FROM audit_heads WHERE tenant_id = :t",
-        GUARDS_ON,
         t=tenant,
     )
     # The verify call itself starts a new chain at 1 (the head was gone): still caught, since
@@ -101,11 +96,9 @@ async def test_a_deleted_first_row_is_found_by_both_verifiers(
     api: Api, owner_engine: AsyncEngine
 ) -> None:
     tenant = await _rows(api, 3)
-    await owner_execute(
+    await tamper_as_owner(
         owner_engine,
-        GUARDS_OFF,
         "DELETE FROM audit_events WHERE tenant_id = :t AND seq = 1",
-        GUARDS_ON,
         t=tenant,
     )
     report = await verify_report(api)
@@ -138,13 +131,11 @@ async def test_reshaped_arrays_are_found_by_both_verifiers_at_the_same_row(
     api: Api, owner_engine: AsyncEngine
 ) -> None:
     tenant = await _rows(api, 6)
-    await owner_execute(
+    await tamper_as_owner(
         owner_engine,
         "ALTER TABLE audit_events DROP CONSTRAINT ck_audit_events_flat_arrays",
-        GUARDS_OFF,
         "UPDATE audit_events SET scopes = ARRAY[scopes[1:1], scopes[2:2]] "
         "WHERE tenant_id = :t AND seq = 5",
-        GUARDS_ON,
         t=tenant,
     )
     report = await verify_report(api)

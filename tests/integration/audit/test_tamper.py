@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import uuid
 from pathlib import Path
-from typing import Any
 
 import pytest
 from litestar.testing import AsyncTestClient
@@ -27,6 +26,7 @@ from tests.integration.audit.support import (
     export_events,
     owner_execute,
     run_verify_cli,
+    tamper_as_owner,
     verify_report,
 )
 
@@ -40,17 +40,6 @@ async def _chain(api: Api) -> uuid.UUID:
         await api.remember(alice, key=f"k.{n}", value=f"value {n}")
     await api.http.get("/v1/memories", headers=alice.headers)
     return uuid.UUID(api.tenant_id)
-
-
-async def _tamper(owner: AsyncEngine, *statements: str, **params: Any) -> None:
-    """As the owner (a superuser here), with the mutation guards switched off for the edit."""
-    await owner_execute(
-        owner,
-        "ALTER TABLE audit_events DISABLE TRIGGER audit_no_mutation",
-        *statements,
-        "ALTER TABLE audit_events ENABLE ALWAYS TRIGGER audit_no_mutation",
-        **params,
-    )
 
 
 @pytest.mark.parametrize(
@@ -210,7 +199,7 @@ async def test_verify_names_the_first_tampered_row(
     tenant = await _chain(api)
     statement, reason = TAMPERING[kind]
     seq = 5
-    await _tamper(owner_engine, statement, tenant=tenant, seq=seq)
+    await tamper_as_owner(owner_engine, statement, tenant=tenant, seq=seq)
     report = await verify_report(api)
     assert report["ok"] is False
     assert (report["first_bad_seq"], report["reason"]) == (seq, reason)
@@ -230,7 +219,7 @@ async def test_a_consistent_rewrite_is_caught_by_the_checkpoint(
     await run_checkpoints(api.runtime.sessionmaker, api.runtime.kek)
     checkpoint = (await auditor_get(api, "/v1/audit/checkpoints/latest")).json()
     keys = (await auditor_get(api, "/v1/audit/keys")).json()
-    await _tamper(
+    await tamper_as_owner(
         owner_engine,
         "UPDATE audit_events SET status = 299 WHERE tenant_id = :tenant AND seq = 3",
         """

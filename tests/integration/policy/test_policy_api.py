@@ -31,7 +31,8 @@ async def _space(api: Api, name: str = "billing-space", **fields: Any) -> dict[s
         await api.http.post("/v1/spaces", json={"name": name, **fields}, headers=api.admin.headers),
         201,
     )
-    return body["space"]  # type: ignore[no-any-return]
+    space: dict[str, Any] = body["space"]
+    return space
 
 
 async def _grant(api: Api, space_id: str, action: str, subject: str, method: str = "PUT") -> int:
