@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Annotated
 
 from litestar import Controller, Request, delete, get, post
 from litestar.datastructures import State
+from litestar.di import NamedDependency, Provide
 from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -21,7 +23,9 @@ from service.memory.repository import MemoryFilters
 from service.memory.schemas import (
     KEY_PATTERN,
     SUBJECT_PATTERN,
+    GroupBy,
     Kind,
+    MemoryCounts,
     MemoryCreate,
     MemoryOut,
     MemoryPage,
@@ -35,6 +39,20 @@ from service.runtime import Runtime
 AuthedRequest = Request[Principal, VerifiedToken, State]
 
 
+def provide_filters(
+    subject: Annotated[
+        str | None, QueryParameter(pattern=SUBJECT_PATTERN, min_length=1, max_length=200)
+    ] = None,
+    kind: FromQuery[Kind | None] = None,
+    key: Annotated[
+        str | None, QueryParameter(pattern=KEY_PATTERN, min_length=1, max_length=200)
+    ] = None,
+    space_id: FromQuery[uuid.UUID | None] = None,
+) -> MemoryFilters:
+    """The query filters list and counts share."""
+    return MemoryFilters(subject=subject, kind=kind, key=key, space_id=space_id)
+
+
 def _service(session: AsyncSession, runtime: Runtime) -> MemoryService:
     return MemoryService(session, runtime.embedder, runtime.settings.memory)
 
@@ -42,6 +60,7 @@ def _service(session: AsyncSession, runtime: Runtime) -> MemoryService:
 class MemoryController(Controller):
     path = "/v1/memories"
     tags = ["memories"]
+    dependencies = {"filters": Provide(provide_filters, sync_to_thread=False)}
 
     @post(
         "/",
@@ -64,23 +83,29 @@ class MemoryController(Controller):
         request: AuthedRequest,
         db: Db,
         runtime: Rt,
-        subject: Annotated[
-            str | None, QueryParameter(pattern=SUBJECT_PATTERN, min_length=1, max_length=200)
-        ] = None,
-        kind: FromQuery[Kind | None] = None,
-        key: Annotated[
-            str | None, QueryParameter(pattern=KEY_PATTERN, min_length=1, max_length=200)
-        ] = None,
+        filters: NamedDependency[MemoryFilters],
         cursor: FromQuery[str | None] = None,
         limit: Annotated[
             int | None, QueryParameter(description="Page size (1-100, default 50).")
         ] = None,
     ) -> MemoryPage:
         """List live memories visible to you, newest first, with cursor pagination."""
-        filters = MemoryFilters(subject=subject, kind=kind, key=key)
         page = await _service(db, runtime).list_page(request.user, filters, cursor, limit)
         trail_of(request).count(len(page.items))
         return page
+
+    @get("/counts", guards=[requires(Scope.READ_MEMORY)], opt={"action": "memory.count"})
+    async def count_memories(
+        self,
+        request: AuthedRequest,
+        db: Db,
+        runtime: Rt,
+        filters: NamedDependency[MemoryFilters],
+        group_by: FromQuery[GroupBy | None] = None,
+    ) -> MemoryCounts:
+        """Count the live memories visible to you, optionally per kind, space or subject (the
+        largest groups first). Counts cover exactly what list and search can return."""
+        return await _service(db, runtime).count(request.user, filters, group_by)
 
     @post(
         "/search",

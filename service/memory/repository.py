@@ -23,10 +23,19 @@ class MemoryFilters:
     subject: str | None = None
     kind: str | None = None
     key: str | None = None
+    space_id: uuid.UUID | None = None
 
     def conditions(self) -> list[Any]:
-        pairs = ((Memory.subject, self.subject), (Memory.kind, self.kind), (Memory.key, self.key))
+        pairs = (
+            (Memory.subject, self.subject),
+            (Memory.kind, self.kind),
+            (Memory.key, self.key),
+            (Memory.space_id, self.space_id),
+        )
         return [column == value for column, value in pairs if value is not None]
+
+
+GROUPABLE = {"kind": Memory.kind, "space": Memory.space_id, "subject": Memory.subject}
 
 
 @dataclass(frozen=True)
@@ -163,6 +172,37 @@ async def list_page(
     return rows.all()
 
 
+async def count(
+    session: AsyncSession,
+    scope: Visible,
+    filters: MemoryFilters,
+    *,
+    group_by: str | None,
+    max_groups: int,
+) -> tuple[int, list[tuple[str, int]]]:
+    """How many live memories the caller can see, and (optionally) how many per group: the
+    largest `max_groups` groups, ties by value. Counted in SQL under the same predicate as every
+    other read, so a count never includes a row the caller could not fetch. One statement, so
+    the total and the groups come from one snapshot (the window sums every group before the
+    LIMIT keeps the largest)."""
+    if group_by is None:
+        total = await session.scalar(scope.select(func.count()).where(*filters.conditions()))
+        return int(total or 0), []
+    column = GROUPABLE[group_by]
+    size = func.count().label("size")
+    rows = (
+        await session.execute(
+            scope.select(column, size, func.sum(func.count()).over().label("total"))
+            .where(*filters.conditions())
+            .group_by(column)
+            .order_by(size.desc(), column)
+            .limit(max_groups)
+        )
+    ).all()
+    total = int(rows[0].total) if rows else 0
+    return total, [(str(value), int(n)) for value, n, _ in rows]
+
+
 async def search(
     session: AsyncSession,
     scope: Visible,
@@ -253,9 +293,11 @@ async def delete(session: AsyncSession, scope: Visible, memory_id: uuid.UUID) ->
 
 
 __all__ = [
+    "GROUPABLE",
     "KeyRef",
     "MemoryFilters",
     "Version",
+    "count",
     "delete",
     "get",
     "insert",

@@ -61,6 +61,7 @@ class SearchFilters(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     subject: Subject | None = None
     kind: Kind | None = None
     key: Key | None = None
+    space_id: uuid.UUID | None = None
 
 
 class SearchRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -106,6 +107,25 @@ class MemoryWritten(msgspec.Struct, kw_only=True):
 class MemoryPage(msgspec.Struct, kw_only=True):
     items: list[MemoryOut]
     next_cursor: str | None
+
+
+GroupBy = Literal["kind", "space", "subject"]
+
+
+class CountGroup(msgspec.Struct, kw_only=True):
+    value: str
+    """The kind, space id or subject of this group."""
+    count: int
+
+
+class MemoryCounts(msgspec.Struct, kw_only=True):
+    total: int
+    """Live memories visible to you that match the filters."""
+    group_by: GroupBy | None
+    groups: list[CountGroup]
+    """The largest groups first (ties by value); at most `max_groups`."""
+    more_groups: bool
+    """True when groups beyond `max_groups` exist; narrow the filters to see them."""
 
 
 class SearchHit(msgspec.Struct, kw_only=True):

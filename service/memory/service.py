@@ -27,6 +27,9 @@ from service.memory.problems import (
 )
 from service.memory.repository import KeyRef, MemoryFilters, Version
 from service.memory.schemas import (
+    CountGroup,
+    GroupBy,
+    MemoryCounts,
     MemoryCreate,
     MemoryOut,
     MemoryPage,
@@ -96,6 +99,7 @@ class MemoryService:
     ) -> MemoryPage:
         page_size = self._page_size(limit)
         after = decode_cursor(cursor) if cursor else None
+        await self._check_space_filter(principal, filters.space_id)
         scope = visible(principal, Action.READ)
         rows = await repository.list_page(
             self._session, scope, filters, after=after, limit=page_size + 1
@@ -104,6 +108,33 @@ class MemoryService:
         next_cursor = encode_cursor(rows[page_size - 1].id) if len(rows) > page_size else None
         return MemoryPage(items=items, next_cursor=next_cursor)
 
+    async def count(
+        self, principal: Principal, filters: MemoryFilters, group_by: GroupBy | None
+    ) -> MemoryCounts:
+        await self._check_space_filter(principal, filters.space_id)
+        max_groups = self._limits.max_page_size
+        total, groups = await repository.count(
+            self._session,
+            visible(principal, Action.READ),
+            filters,
+            group_by=group_by,
+            max_groups=max_groups + 1,
+        )
+        return MemoryCounts(
+            total=total,
+            group_by=group_by,
+            groups=[CountGroup(value=value, count=n) for value, n in groups[:max_groups]],
+            more_groups=len(groups) > max_groups,
+        )
+
+    async def _check_space_filter(self, principal: Principal, space_id: uuid.UUID | None) -> None:
+        """A filter on a space the caller cannot read is 404 (the same for a space that does
+        not exist or is another tenant's), never an empty answer that looks like knowledge."""
+        if space_id is None:
+            return
+        if space_id not in await granted_space_ids(self._session, principal, Action.READ):
+            raise SpaceNotFound(f"Space {space_id} does not exist or is not readable by you.")
+
     async def search(self, principal: Principal, request: SearchRequest) -> SearchResult:
         with timed(SEARCH_DURATION):
             return await self._search(principal, request)
@@ -111,6 +142,7 @@ class MemoryService:
     async def _search(self, principal: Principal, request: SearchRequest) -> SearchResult:
         k = self._k(request.k)
         filters = request.filters
+        await self._check_space_filter(principal, filters.space_id if filters else None)
         scope = visible(principal, Action.READ)
         [vector] = await self._embedder.embed([request.query])
         with span("memory.rank", {"memgate.search.k": k}) as rank:
@@ -122,6 +154,7 @@ class MemoryService:
                     subject=filters.subject if filters else None,
                     kind=filters.kind if filters else None,
                     key=filters.key if filters else None,
+                    space_id=filters.space_id if filters else None,
                 ),
                 k=k,
                 min_score=request.min_score,
@@ -212,7 +245,7 @@ class MemoryService:
         return k
 
     def _page_size(self, limit: int | None) -> int:
-        size = 50 if limit is None else limit
+        size = min(50, self._limits.max_page_size) if limit is None else limit
         if not 1 <= size <= self._limits.max_page_size:
             raise InvalidRequest(
                 f"'limit' must be between 1 and {self._limits.max_page_size}; got {size}.",

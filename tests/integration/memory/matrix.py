@@ -186,6 +186,7 @@ async def check_minimal_scope(api: Api, route: Route) -> None:
             (alice.principal_id, "matrix"),
         ),
         "GET /v1/memories": lambda b: ([i["id"] for i in b["items"]], [targets.memory_id]),
+        "GET /v1/memories/counts": lambda b: (b["total"], 1),
         "POST /v1/memories/search": lambda b: (
             [h["memory"]["id"] for h in b["hits"]],
             [targets.memory_id],

@@ -123,6 +123,7 @@ def _client_body(targets: Targets) -> dict[str, Any]:
 ROUTES: tuple[Route, ...] = (
     Route("POST", "/v1/memories", "write:memory", "memory", body=_memory_body, ok_status=201),
     Route("GET", "/v1/memories", "read:memory", "memory"),
+    Route("GET", "/v1/memories/counts", "read:memory", "memory"),
     Route("POST", "/v1/memories/search", "read:memory", "memory", body=_search_body),
     Route("GET", "/v1/memories/{id}", "read:memory", "memory", resource="memory"),
     Route(

@@ -1,9 +1,10 @@
 """The leak suite: a tenant with two teams, team facts and private notes that share subjects and
 keys, a team summary derived from a private note, and a second tenant with the same subjects.
 Every memory carries its own canary. For every read surface (search, get, list with filters,
-history walks along `supersedes`, error bodies, policy-read endpoints, logs, audit rows) and
-for row-level security alone, no principal ever receives a canary it may not read. Delegated
-tokens are covered by test_token_exchange.py; there is no counts endpoint yet."""
+history walks along `supersedes`, counts, error bodies, policy-read endpoints, logs, audit rows)
+and for row-level security alone, no principal ever receives a canary it may not read, nor a
+count that includes one. Delegated tokens (search, list, get, counts, RLS) are covered by
+test_token_exchange.py."""
 
 from __future__ import annotations
 
@@ -115,6 +116,14 @@ async def test_no_principal_ever_receives_a_canary_it_may_not_read(api: Api) -> 
             ):
                 listed = await http.get("/v1/memories", params=params, headers=agent.headers)
                 seen.append(listed.text)
+            readable = {c for c, readers in world.readers.items() if who in readers}
+            for group_by in ("kind", "space", "subject"):
+                counted = await http.get(
+                    "/v1/memories/counts", params={"group_by": group_by}, headers=agent.headers
+                )
+                seen.append(counted.text)
+                assert counted.json()["total"] == len(readable), (who, group_by)
+                assert sum(g["count"] for g in counted.json()["groups"]) == len(readable)
             random_id = str(uuid.uuid4())
             baseline = await http.get(f"/v1/memories/{random_id}", headers=agent.headers)
             for canary, memory_id in ids.items():
@@ -131,7 +140,6 @@ async def test_no_principal_ever_receives_a_canary_it_may_not_read(api: Api) -> 
                 seen.append((await http.get(path, headers=world.apis[who].admin.headers)).text)
             everything = "\n".join(seen)
             assert _leaks(everything, who, world) == [], who
-            readable = {c for c, readers in world.readers.items() if who in readers}
             assert readable <= {c for c in world.readers if c in everything}, who
     for canary in world.readers:
         assert canary not in repr(events), "a canary reached the logs"

@@ -93,6 +93,11 @@ async def test_a_delegated_token_sees_what_both_may_see_and_nothing_else(api: Ap
 
     listed = await api.http.get("/v1/memories", headers=headers)
     assert {item["id"] for item in listed.json()["items"]} == {world["shared"]["id"]}
+    counted = await api.http.get(
+        "/v1/memories/counts", params={"group_by": "space"}, headers=headers
+    )
+    assert counted.json()["total"] == 1
+    assert counted.json()["groups"] == [{"value": world["space_id"], "count": 1}]
     for hidden in ("private", "own"):
         got = await api.http.get(f"/v1/memories/{world[hidden]['id']}", headers=headers)
         assert_problem(got, 404, "memory-not-found")
