@@ -209,12 +209,20 @@ class MemorySettings:
     max_k: `MEMGATE_MAX_K`; largest `k` a search may ask for.
     default_k: `MEMGATE_DEFAULT_K`.
     max_page_size: `MEMGATE_MAX_PAGE_SIZE`; largest `limit` of a list page.
+    exact_search_max_rows: `MEMGATE_SEARCH_EXACT_MAX_ROWS`; up to this many visible rows a
+        search ranks every one (exact); beyond, it walks the HNSW index (approximate).
+    ann_ef_search: `MEMGATE_SEARCH_ANN_EF`; the HNSW candidate list (`hnsw.ef_search`).
+    ann_max_scan_tuples: `MEMGATE_SEARCH_ANN_MAX_SCAN`; how far the iterative scan may walk
+        (`hnsw.max_scan_tuples`) before the search falls back to the exact path.
     """
 
     max_value_chars: int = 16_384
     max_k: int = 100
     default_k: int = 10
     max_page_size: int = 100
+    exact_search_max_rows: int = 20_000
+    ann_ef_search: int = 200
+    ann_max_scan_tuples: int = 40_000
 
     @classmethod
     def from_env(cls) -> MemorySettings:
@@ -223,6 +231,9 @@ class MemorySettings:
             max_k=_env_int("MEMGATE_MAX_K", 100),
             default_k=_env_int("MEMGATE_DEFAULT_K", 10),
             max_page_size=_env_int("MEMGATE_MAX_PAGE_SIZE", 100),
+            exact_search_max_rows=_env_int("MEMGATE_SEARCH_EXACT_MAX_ROWS", 20_000),
+            ann_ef_search=_env_int("MEMGATE_SEARCH_ANN_EF", 200),
+            ann_max_scan_tuples=_env_int("MEMGATE_SEARCH_ANN_MAX_SCAN", 40_000),
         )
 
 

@@ -175,6 +175,14 @@ class Memory(Base):
             postgresql_include=["id", "expires_at", "read_requires", "embedding"],
             postgresql_where=text(LIVE_ROW),
         ),
+        # Sizing a visible set (the search path choice, counts) without reading its vectors.
+        Index(
+            "ix_memories_visible_count",
+            "tenant_id",
+            "space_id",
+            postgresql_include=["expires_at", "read_requires"],
+            postgresql_where=text(LIVE_ROW),
+        ),
         # At most one live memory per (space, subject, kind, key, audience): supersession's
         # invariant. Rows with different `read_requires` never supersede each other.
         Index(
@@ -189,6 +197,16 @@ class Memory(Base):
             postgresql_where=text(LIVE_ROW),
         ),
         Index("ix_memories_lexical", "lexical", postgresql_using="gin"),
+        # The approximate search path (migration 20261130_ann_index): used only past
+        # MEMGATE_SEARCH_EXACT_MAX_ROWS visible rows, with pgvector's iterative scan.
+        Index(
+            "ix_memories_embedding_hnsw",
+            "embedding",
+            postgresql_using="hnsw",
+            postgresql_with={"m": 16, "ef_construction": 64},
+            postgresql_ops={"embedding": "vector_cosine_ops"},
+            postgresql_where=text(LIVE_ROW),
+        ),
     )
 
     tenant_id: Mapped[uuid.UUID] = mapped_column(UUID)

@@ -203,7 +203,81 @@ async def count(
     return total, [(str(value), int(n)) for value, n, _ in rows]
 
 
-async def search(
+async def visible_rows_up_to(
+    session: AsyncSession, scope: Visible, filters: MemoryFilters, limit: int
+) -> int:
+    """How many rows a search would rank, counted no further than `limit` (an index-only scan
+    of the covering index that stops there): what picks the search path."""
+    capped = scope.select(literal(1)).where(*filters.conditions()).limit(limit).subquery()
+    counted = await session.scalar(select(func.count()).select_from(capped))
+    return int(counted or 0)
+
+
+@dataclass(frozen=True)
+class AnnTuning:
+    ef_search: int
+    max_scan_tuples: int
+
+
+async def search_approximate(
+    session: AsyncSession,
+    scope: Visible,
+    query_vector: list[float],
+    filters: MemoryFilters,
+    *,
+    k: int,
+    min_score: float | None,
+    tuning: AnnTuning,
+) -> tuple[list[tuple[Memory, float]], int]:
+    """Approximate pre-filtered kNN: walk the HNSW index (ix_memories_embedding_hnsw) nearest
+    first with pgvector's iterative scan in strict order, keeping rows that pass Visible, until
+    k are found or `max_scan_tuples` are spent; then re-sort them by exact distance and apply
+    the score floor. Answers the hits and how many rows the walk found before the floor (fewer
+    than k: the walk came back short, and the caller re-runs the exact path; no hits at all
+    answers 0, which only costs that re-run).
+
+    Sorting is disabled for this one statement so the k nearest can only come from the index
+    walk, never from a sort of every visible row; it is restored before anything else runs in
+    the transaction."""
+    distance = Memory.embedding.cosine_distance(query_vector)
+    nearest = (
+        scope.select(Memory.id.label("id"), distance.label("distance"))
+        .where(*filters.conditions())
+        .order_by(distance)
+        .limit(k)
+        .cte("nearest")
+        .prefix_with("MATERIALIZED")
+    )
+    walked = select(func.count()).select_from(nearest).scalar_subquery()
+    statement = (
+        scope.select(Memory, (1.0 - nearest.c.distance).label("score"), walked)
+        .join(nearest, nearest.c.id == Memory.id)
+        .order_by(nearest.c.distance, Memory.id)
+    )
+    if min_score is not None:
+        statement = statement.where(nearest.c.distance <= 1.0 - min_score)
+    sorting = await session.scalar(select(func.current_setting("enable_sort")))
+    walk = {
+        "hnsw.iterative_scan": "strict_order",
+        "hnsw.ef_search": str(tuning.ef_search),
+        "hnsw.max_scan_tuples": str(tuning.max_scan_tuples),
+        "enable_sort": "off",
+    }
+    await _set_local(session, walk)
+    rows = (await session.execute(statement)).all()
+    # (A failed statement aborts the transaction, so there is nothing to restore then.)
+    await _set_local(session, {"enable_sort": str(sorting)})
+    return [(row[0], float(row[1])) for row in rows], int(rows[0][2]) if rows else 0
+
+
+async def _set_local(session: AsyncSession, settings: dict[str, str]) -> None:
+    """Transaction-local settings (`SET LOCAL`), in one round trip."""
+    await session.execute(
+        select(*(func.set_config(name, value, True) for name, value in settings.items()))
+    )
+
+
+async def search_exact(
     session: AsyncSession,
     scope: Visible,
     query_vector: list[float],
@@ -294,6 +368,7 @@ async def delete(session: AsyncSession, scope: Visible, memory_id: uuid.UUID) ->
 
 __all__ = [
     "GROUPABLE",
+    "AnnTuning",
     "KeyRef",
     "MemoryFilters",
     "Version",
@@ -306,6 +381,8 @@ __all__ = [
     "lock_key",
     "newest_version",
     "relink_closed_head",
-    "search",
+    "search_approximate",
+    "search_exact",
     "supersede_live",
+    "visible_rows_up_to",
 ]

@@ -25,7 +25,7 @@ from service.memory.problems import (
     SpaceReadOnly,
     ValueTooLong,
 )
-from service.memory.repository import KeyRef, MemoryFilters, Version
+from service.memory.repository import AnnTuning, KeyRef, MemoryFilters, Version
 from service.memory.schemas import (
     CountGroup,
     GroupBy,
@@ -35,13 +35,21 @@ from service.memory.schemas import (
     MemoryPage,
     MemoryWritten,
     Provenance,
+    SearchFilters,
     SearchHit,
     SearchRequest,
     SearchResult,
+    SearchStrategy,
     Status,
 )
 from service.observability.telemetry import SEARCH_DURATION, span, timed
-from service.policy.visible import Action, granted_space_ids, personal_space_id, visible
+from service.policy.visible import (
+    Action,
+    Visible,
+    granted_space_ids,
+    personal_space_id,
+    visible,
+)
 from service.problems import BadCursor, InvalidRequest
 from service.settings import MemorySettings
 
@@ -141,30 +149,48 @@ class MemoryService:
 
     async def _search(self, principal: Principal, request: SearchRequest) -> SearchResult:
         k = self._k(request.k)
-        filters = request.filters
-        await self._check_space_filter(principal, filters.space_id if filters else None)
+        given = request.filters or SearchFilters()
+        filters = MemoryFilters(
+            subject=given.subject, kind=given.kind, key=given.key, space_id=given.space_id
+        )
+        await self._check_space_filter(principal, filters.space_id)
         scope = visible(principal, Action.READ)
         [vector] = await self._embedder.embed([request.query])
         with span("memory.rank", {"memgate.search.k": k}) as rank:
-            hits = await repository.search(
-                self._session,
-                scope,
-                vector,
-                MemoryFilters(
-                    subject=filters.subject if filters else None,
-                    kind=filters.kind if filters else None,
-                    key=filters.key if filters else None,
-                    space_id=filters.space_id if filters else None,
-                ),
-                k=k,
-                min_score=request.min_score,
-            )
+            hits, strategy = await self.rank(scope, vector, filters, k, request.min_score)
             rank.set_attribute("memgate.search.hits", len(hits))
+            rank.set_attribute("memgate.search.strategy", strategy)
         return SearchResult(
             hits=[SearchHit(score=score, memory=to_out(row)) for row, score in hits],
             k=k,
             min_score=request.min_score,
+            strategy=strategy,
         )
+
+    async def rank(
+        self,
+        scope: Visible,
+        vector: list[float],
+        filters: MemoryFilters,
+        k: int,
+        min_score: float | None,
+    ) -> tuple[list[tuple[Memory, float]], SearchStrategy]:
+        """The path per query, by the size of the caller's visible set: up to
+        `exact_search_max_rows` rows every one is ranked (complete and exact by construction);
+        beyond, the HNSW walk answers, unless it comes back short of k (its scan budget spent
+        on rows the caller may not see), and then the exact path does after all."""
+        limit = self._limits.exact_search_max_rows
+        if await repository.visible_rows_up_to(self._session, scope, filters, limit + 1) > limit:
+            tuning = AnnTuning(self._limits.ann_ef_search, self._limits.ann_max_scan_tuples)
+            nearest, walked = await repository.search_approximate(
+                self._session, scope, vector, filters, k=k, min_score=min_score, tuning=tuning
+            )
+            if walked == k:
+                return nearest, "approximate"
+        exact = await repository.search_exact(
+            self._session, scope, vector, filters, k=k, min_score=min_score
+        )
+        return exact, "exact"
 
     async def delete(self, principal: Principal, memory_id: uuid.UUID) -> None:
         scope = visible(principal, Action.DELETE)
