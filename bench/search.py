@@ -154,9 +154,7 @@ def _strategies(tenant: uuid.UUID, allowed: tuple[uuid.UUID, ...], k: int) -> di
         return as_hits(rows), ""
 
     async def approximate(session: AsyncSession, q: list[float]) -> tuple[Hits, str]:
-        rows, _ = await search_approximate(
-            session, scope, q, no_filters, k=k, min_score=None, tuning=tuning
-        )
+        rows = await search_approximate(session, scope, q, no_filters, k=k, tuning=tuning)
         return as_hits(rows), ""
 
     async def chosen(session: AsyncSession, q: list[float]) -> tuple[Hits, str]:

@@ -224,6 +224,15 @@ class MemorySettings:
     ann_ef_search: int = 200
     ann_max_scan_tuples: int = 40_000
 
+    def __post_init__(self) -> None:
+        # Refused at start: a bad value would otherwise fail every large search, per request.
+        if self.exact_search_max_rows < 0:
+            raise ValueError("MEMGATE_SEARCH_EXACT_MAX_ROWS may not be negative")
+        if not 1 <= self.ann_ef_search <= 1000:  # pgvector's range for hnsw.ef_search
+            raise ValueError("MEMGATE_SEARCH_ANN_EF must be between 1 and 1000")
+        if self.ann_max_scan_tuples < 1:
+            raise ValueError("MEMGATE_SEARCH_ANN_MAX_SCAN must be at least 1")
+
     @classmethod
     def from_env(cls) -> MemorySettings:
         return cls(

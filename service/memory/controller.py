@@ -105,7 +105,9 @@ class MemoryController(Controller):
     ) -> MemoryCounts:
         """Count the live memories visible to you, optionally per kind, space or subject (the
         largest groups first). Counts cover exactly what list and search can return."""
-        return await _service(db, runtime).count(request.user, filters, group_by)
+        counts = await _service(db, runtime).count(request.user, filters, group_by)
+        trail_of(request).count(counts.total)
+        return counts
 
     @post(
         "/search",

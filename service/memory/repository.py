@@ -226,15 +226,13 @@ async def search_approximate(
     filters: MemoryFilters,
     *,
     k: int,
-    min_score: float | None,
     tuning: AnnTuning,
-) -> tuple[list[tuple[Memory, float]], int]:
+) -> list[tuple[Memory, float]]:
     """Approximate pre-filtered kNN: walk the HNSW index (ix_memories_embedding_hnsw) nearest
     first with pgvector's iterative scan in strict order, keeping rows that pass Visible, until
-    k are found or `max_scan_tuples` are spent; then re-sort them by exact distance and apply
-    the score floor. Answers the hits and how many rows the walk found before the floor (fewer
-    than k: the walk came back short, and the caller re-runs the exact path; no hits at all
-    answers 0, which only costs that re-run).
+    k are found or `max_scan_tuples` are spent (then fewer than k come back), and re-sort them
+    by exact distance. No score floor here: the caller decides from all k whether the walk's
+    answer stands.
 
     Sorting is disabled for this one statement so the k nearest can only come from the index
     walk, never from a sort of every visible row; it is restored before anything else runs in
@@ -248,14 +246,11 @@ async def search_approximate(
         .cte("nearest")
         .prefix_with("MATERIALIZED")
     )
-    walked = select(func.count()).select_from(nearest).scalar_subquery()
     statement = (
-        scope.select(Memory, (1.0 - nearest.c.distance).label("score"), walked)
+        scope.select(Memory, (1.0 - nearest.c.distance).label("score"))
         .join(nearest, nearest.c.id == Memory.id)
         .order_by(nearest.c.distance, Memory.id)
     )
-    if min_score is not None:
-        statement = statement.where(nearest.c.distance <= 1.0 - min_score)
     sorting = await session.scalar(select(func.current_setting("enable_sort")))
     walk = {
         "hnsw.iterative_scan": "strict_order",
@@ -267,7 +262,7 @@ async def search_approximate(
     rows = (await session.execute(statement)).all()
     # (A failed statement aborts the transaction, so there is nothing to restore then.)
     await _set_local(session, {"enable_sort": str(sorting)})
-    return [(row[0], float(row[1])) for row in rows], int(rows[0][2]) if rows else 0
+    return [(row[0], float(row[1])) for row in rows]
 
 
 async def _set_local(session: AsyncSession, settings: dict[str, str]) -> None:

@@ -133,14 +133,7 @@ class SearchHit(msgspec.Struct, kw_only=True):
     memory: MemoryOut
 
 
-SearchStrategy = Literal["exact", "approximate"]
-
-
 class SearchResult(msgspec.Struct, kw_only=True):
     hits: list[SearchHit]
     k: int
     min_score: float | None
-    strategy: SearchStrategy
-    """`exact`: every visible row was ranked (the answer equals brute force). `approximate`:
-    the visible set was larger than MEMGATE_SEARCH_EXACT_MAX_ROWS and an HNSW walk answered
-    (k hits, each visible; recall measured in bench/search.py)."""

@@ -8,7 +8,7 @@ import json
 import unicodedata
 import uuid
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -39,7 +39,6 @@ from service.memory.schemas import (
     SearchHit,
     SearchRequest,
     SearchResult,
-    SearchStrategy,
     Status,
 )
 from service.observability.telemetry import SEARCH_DURATION, span, timed
@@ -159,12 +158,13 @@ class MemoryService:
         with span("memory.rank", {"memgate.search.k": k}) as rank:
             hits, strategy = await self.rank(scope, vector, filters, k, request.min_score)
             rank.set_attribute("memgate.search.hits", len(hits))
+            # Operators see the path; callers do not: whether the walk came back short depends
+            # on rows they may not see (other tenants' too), so the answer must not tell.
             rank.set_attribute("memgate.search.strategy", strategy)
         return SearchResult(
             hits=[SearchHit(score=score, memory=to_out(row)) for row, score in hits],
             k=k,
             min_score=request.min_score,
-            strategy=strategy,
         )
 
     async def rank(
@@ -174,18 +174,21 @@ class MemoryService:
         filters: MemoryFilters,
         k: int,
         min_score: float | None,
-    ) -> tuple[list[tuple[Memory, float]], SearchStrategy]:
+    ) -> tuple[list[tuple[Memory, float]], Literal["exact", "approximate"]]:
         """The path per query, by the size of the caller's visible set: up to
         `exact_search_max_rows` rows every one is ranked (complete and exact by construction);
-        beyond, the HNSW walk answers, unless it comes back short of k (its scan budget spent
-        on rows the caller may not see), and then the exact path does after all."""
+        beyond, the HNSW walk answers if it found k rows and every one clears the score floor.
+        Otherwise the exact path answers after all: the walk's budget went on rows the caller
+        may not see, or a floor cut into its k, and only an exact ranking knows whether k rows
+        above the floor exist (promise 3: never under-filled)."""
         limit = self._limits.exact_search_max_rows
         if await repository.visible_rows_up_to(self._session, scope, filters, limit + 1) > limit:
             tuning = AnnTuning(self._limits.ann_ef_search, self._limits.ann_max_scan_tuples)
-            nearest, walked = await repository.search_approximate(
-                self._session, scope, vector, filters, k=k, min_score=min_score, tuning=tuning
+            nearest = await repository.search_approximate(
+                self._session, scope, vector, filters, k=k, tuning=tuning
             )
-            if walked == k:
+            floor = -1.0 if min_score is None else min_score
+            if len(nearest) == k and all(score >= floor for _, score in nearest):
                 return nearest, "approximate"
         exact = await repository.search_exact(
             self._session, scope, vector, filters, k=k, min_score=min_score

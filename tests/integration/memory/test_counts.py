@@ -12,10 +12,12 @@ from typing import Any
 
 import pytest
 from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from service.settings import MemorySettings, Settings
 from tests.conftest import make_settings
 from tests.fixtures.api import Agent, Api
+from tests.integration.audit.support import audit_rows
 from tests.integration.memory.support import as_owner, assert_problem
 
 MAX_GROUPS = 3
@@ -92,6 +94,16 @@ async def test_counts_equal_what_list_returns(api: Api) -> None:
     filtered = await _counts(api, alice, kind="decision", subject="user:alice")
     assert filtered["total"] == 1
     assert (await _counts(api, bob))["total"] == 1
+
+
+async def test_a_counts_call_is_audited_with_its_total(api: Api, owner_engine: AsyncEngine) -> None:
+    alice = await api.new_agent("alice")
+    for n in range(3):
+        await api.remember(alice, key=f"k{n}", value=f"note {n}")
+    assert (await _counts(api, alice, group_by="kind"))["total"] == 3
+    [row] = [r for r in await audit_rows(owner_engine) if r["action"] == "memory.count"]
+    assert row["result_count"] == 3
+    assert row["decision"] == "allow"
 
 
 async def test_only_the_largest_groups_come_back_with_a_flag(api: Api) -> None:

@@ -2,7 +2,9 @@
 visible, the exact path answers k hits equal to brute force; the approximate path (an HNSW
 walk, forced here by a zero threshold) reaches recall@10 >= 0.95 against the same brute force,
 and really walks the HNSW index. Memories are real embeddings of varied sentences, not random
-vectors, so the index meets the kind of data it is built for."""
+vectors, so the index meets the kind of data it is built for. The path taken is read from the
+`memory.rank` span: the answer does not say (whether a walk comes back short depends on rows
+the caller may not see)."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from typing import Any
 import numpy as np
 import psycopg
 import pytest
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from sqlalchemy import func, select
 
 from bench.corpus import sentences
@@ -92,30 +95,53 @@ def _brute_force(query: list[float], mine: dict[str, list[float]]) -> list[tuple
     return [(ids[i], float(scores[i])) for i in order]
 
 
-async def _searches(api: Api, alice: Agent, mine: dict[str, list[float]]) -> list[Any]:
+def _path_taken(spans: InMemorySpanExporter) -> str:
+    [rank] = [span for span in spans.get_finished_spans() if span.name == "memory.rank"]
+    spans.clear()
+    assert rank.attributes is not None
+    return str(rank.attributes["memgate.search.strategy"])
+
+
+async def _searches(
+    api: Api,
+    alice: Agent,
+    mine: dict[str, list[float]],
+    spans: InMemorySpanExporter,
+    floor_at_kth: bool = False,
+) -> list[Any]:
+    """(answer, path taken, brute-force top k) per query; with `floor_at_kth`, each search
+    asks for a score floor just under the k-th true score (so exactly k rows clear it)."""
     queries = sentences(QUERIES, seed=99)
     outcomes = []
+    spans.clear()
     for query, vector in zip(queries, await api.runtime.embedder.embed(queries), strict=True):
-        response = await api.search(alice, query, k=K)
+        truth = _brute_force(vector, mine)[:K]
+        floor = {"min_score": truth[-1][1] - 1e-4} if floor_at_kth else {}
+        response = await api.search(alice, query, k=K, **floor)
         assert response.status_code == 200, response.text
-        body = response.json()
-        outcomes.append((body, _brute_force(vector, mine)[:K]))
+        outcomes.append((response.json(), _path_taken(spans), truth))
     return outcomes
 
 
-async def test_one_percent_visible_is_ranked_exactly(api: Api) -> None:
+async def test_one_percent_visible_is_ranked_exactly(
+    api: Api, span_exporter: InMemorySpanExporter
+) -> None:
     alice, mine = await _world(api)
-    for body, truth in await _searches(api, alice, mine):
-        assert body["strategy"] == "exact"
+    for body, path, truth in await _searches(api, alice, mine, span_exporter):
+        assert path == "exact"
+        assert set(body) == {"hits", "k", "min_score"}, "the answer never names its path"
         assert [hit["memory"]["id"] for hit in body["hits"]] == [i for i, _ in truth]
 
 
 @limits(ALWAYS_WALK)
-async def test_the_approximate_path_at_one_percent_has_recall_of_at_least_095(api: Api) -> None:
+async def test_the_approximate_path_at_one_percent_has_recall_of_at_least_095(
+    api: Api, span_exporter: InMemorySpanExporter
+) -> None:
     alice, mine = await _world(api)
     found = 0
-    for body, truth in await _searches(api, alice, mine):
-        assert body["strategy"] == "approximate"
+    for body, path, truth in await _searches(api, alice, mine, span_exporter):
+        assert path == "approximate"
+        assert set(body) == {"hits", "k", "min_score"}
         hits = [hit["memory"]["id"] for hit in body["hits"]]
         assert len(hits) == K
         assert set(hits) <= set(mine), "a hit outside alice's space"
@@ -147,10 +173,10 @@ async def test_the_approximate_path_walks_the_hnsw_index(api: Api) -> None:
         await repository.search_exact(session, scope, vector, MemoryFilters(), k=K, min_score=None)
         assert await session.scalar(scans) == 0
         tuning = AnnTuning(ef_search=200, max_scan_tuples=40_000)
-        hits, walked = await repository.search_approximate(
-            session, scope, vector, MemoryFilters(), k=K, min_score=None, tuning=tuning
+        walked = await repository.search_approximate(
+            session, scope, vector, MemoryFilters(), k=K, tuning=tuning
         )
-        assert len(hits) == walked == K
+        assert len(walked) == K
         assert await session.scalar(scans) == 1
         # Sorting is back on for whatever else the request's transaction runs.
         assert await session.scalar(select(func.current_setting("enable_sort"))) == "on"
@@ -160,27 +186,44 @@ async def test_the_approximate_path_walks_the_hnsw_index(api: Api) -> None:
 
 
 @limits(replace(ALWAYS_WALK, ann_ef_search=10, ann_max_scan_tuples=10))
-async def test_a_walk_that_comes_back_short_falls_back_to_exact(api: Api) -> None:
+async def test_a_walk_that_comes_back_short_falls_back_to_exact(
+    api: Api, span_exporter: InMemorySpanExporter
+) -> None:
     """Alice sees 50 rows scattered among 5,000; a walk of about ten tuples cannot find ten of
     hers, so the exact path answers: k hits, equal to brute force."""
     alice, mine = await _world(api)
-    [(body, truth)] = (await _searches(api, alice, mine))[:1]
-    assert body["strategy"] == "exact"
-    assert [hit["memory"]["id"] for hit in body["hits"]] == [i for i, _ in truth]
+    for body, path, truth in await _searches(api, alice, mine, span_exporter):
+        assert path == "exact"
+        assert [hit["memory"]["id"] for hit in body["hits"]] == [i for i, _ in truth]
 
 
 @limits(ALWAYS_WALK)
-async def test_the_score_floor_applies_to_the_walk_in_sql(api: Api) -> None:
+async def test_a_score_floor_never_under_fills_the_answer(
+    api: Api, span_exporter: InMemorySpanExporter
+) -> None:
+    """Exactly k visible rows clear each floor, so k must come back: a walk that missed one of
+    them (recall < 1) cannot answer with fewer; the exact path answers instead."""
+    alice, mine = await _world(api)
+    paths = []
+    for body, path, truth in await _searches(api, alice, mine, span_exporter, floor_at_kth=True):
+        assert [hit["memory"]["id"] for hit in body["hits"]] == [i for i, _ in truth]
+        paths.append(path)
+    assert "approximate" in paths, "the walk never answered; the test proves nothing"
+
+
+@limits(ALWAYS_WALK)
+async def test_a_floor_that_cuts_into_the_walk_is_answered_exactly(
+    api: Api, span_exporter: InMemorySpanExporter
+) -> None:
     alice, _ = await _world(api)
     query = "who owns the billing service"
     everything = (await api.search(alice, query, k=K)).json()
-    assert everything["strategy"] == "approximate"
+    assert _path_taken(span_exporter) == "approximate"
     scores = [hit["score"] for hit in everything["hits"]]
     floor = (scores[2] + scores[3]) / 2
     some = (await api.search(alice, query, k=K, min_score=floor)).json()
-    assert some["strategy"] == "approximate"
-    assert [hit["memory"]["id"] for hit in some["hits"]] == [
-        hit["memory"]["id"] for hit in everything["hits"][:3]
-    ]
+    assert _path_taken(span_exporter) == "exact"
+    assert len(some["hits"]) >= 3
+    assert all(hit["score"] >= floor for hit in some["hits"])
     nothing = (await api.search(alice, query, k=K, min_score=0.9999)).json()
     assert nothing["hits"] == []
