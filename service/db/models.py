@@ -428,21 +428,49 @@ class CasbinRule(Base):
     v5: Mapped[str | None] = mapped_column(Text)
 
 
-class SpaceGrant(Base):
-    """Compiled from `casbin_rule`: principal P may `action` in space S. Requests read this
-    table (in their own snapshot), never the rules."""
+class PrincipalRole(Base):
+    """Compiled from `g` rules: principal P reaches `role` (a team, a role, or its own name)."""
 
-    __tablename__ = "space_grants"
+    __tablename__ = "principal_roles"
     __table_args__ = (
-        PrimaryKeyConstraint("tenant_id", "principal_id", "action", "space_id"),
-        CheckConstraint("action IN ('read', 'write', 'delete')", name="action"),
-        Index("ix_space_grants_tenant_id_space_id_action", "tenant_id", "space_id", "action"),
+        PrimaryKeyConstraint("tenant_id", "principal_id", "role"),
+        Index("ix_principal_roles_tenant_id_role", "tenant_id", "role"),
     )
 
     tenant_id: Mapped[uuid.UUID] = mapped_column(UUID)
     principal_id: Mapped[uuid.UUID] = mapped_column(UUID)
+    role: Mapped[str] = mapped_column(Text)
+
+
+class RoleGrant(Base):
+    """Compiled from `p` and `g2` rules: whoever reaches `role` may `action` in space S (the
+    rule's space and every sub-space under it)."""
+
+    __tablename__ = "role_grants"
+    __table_args__ = (
+        PrimaryKeyConstraint("tenant_id", "role", "action", "space_id"),
+        CheckConstraint("action IN ('read', 'write', 'delete')", name="action"),
+        Index("ix_role_grants_tenant_id_space_id_action", "tenant_id", "space_id", "action"),
+    )
+
+    tenant_id: Mapped[uuid.UUID] = mapped_column(UUID)
+    role: Mapped[str] = mapped_column(Text)
     action: Mapped[str] = mapped_column(Text)
     space_id: Mapped[uuid.UUID] = mapped_column(UUID)
+
+
+class SpaceGrant(Base):
+    """A VIEW (migration 20261130_grant_closures): principal P may `action` in space S, the join
+    of `principal_roles` and `role_grants`. Requests read this (in their own snapshot), never
+    the rules; nothing writes it."""
+
+    __tablename__ = "space_grants"
+    __table_args__ = {"info": {"is_view": True}}
+
+    tenant_id: Mapped[uuid.UUID] = mapped_column(UUID, primary_key=True)
+    principal_id: Mapped[uuid.UUID] = mapped_column(UUID, primary_key=True)
+    action: Mapped[str] = mapped_column(Text, primary_key=True)
+    space_id: Mapped[uuid.UUID] = mapped_column(UUID, primary_key=True)
 
 
 class Team(Base):

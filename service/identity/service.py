@@ -37,7 +37,7 @@ from service.identity.schemas import (
     RoleGrant,
 )
 from service.policy.compile import add_own_grants, lock_policy, recompile
-from service.policy.rules import add_rules, personal_space_rules
+from service.policy.rules import add_rules, personal_space_rules, principal_name
 from service.policy.seed import bootstrap_rules
 from service.problems import InsufficientScope
 
@@ -95,7 +95,8 @@ class IdentityService:
             self._tenant_id,
             personal_space_rules(principal.kind, principal.id, space.id),
         )
-        await add_own_grants(self._session, self._tenant_id, principal.id, space.id)
+        own = (principal.id, principal_name(principal.kind, principal.id))
+        await add_own_grants(self._session, self._tenant_id, own, space.id)
         await self._session.refresh(principal)
         return _principal_out(principal, space.id)
 

@@ -1,4 +1,8 @@
-"""Casbin rules → `space_grants`, in SQL, in the transaction that changed the rules.
+"""Casbin rules → compiled grants, in SQL, in the transaction that changed the rules.
+
+Two closures (migration 20261130_grant_closures): `principal_roles`, every team or role each
+principal reaches through `g` links, and `role_grants`, every space each `p` rule reaches
+through `g2` links. The view `space_grants` joins them; requests read that.
 
 The semantics are policies/memgate_model.conf as pycasbin evaluates it (a property test checks
 the compiled grants against `enforce()` on random policies): a principal holds `action` on a
@@ -16,6 +20,8 @@ from collections.abc import Sequence
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from service.policy.rules import Rule
+
 CASBIN_MAX_HIERARCHY = 10
 """pycasbin's default `max_hierarchy_level`, mirrored so compile and enforce agree."""
 
@@ -24,16 +30,12 @@ CASBIN_MAX_HIERARCHY = 10
 _LOCK_TENANT = text(
     "SELECT policy_version FROM tenants WHERE tenant_id = :tenant FOR NO KEY UPDATE"
 )
-_CLEAR = text(
-    "DELETE FROM space_grants WHERE tenant_id = :tenant "
-    "AND (CAST(:only AS uuid[]) IS NULL OR principal_id = ANY(CAST(:only AS uuid[])))"
-)
-# The principals whose grants can depend on rules about `subject`: those that reach it through
-# `g` links (the subject itself when it is a principal).
+# The principals whose roles can depend on `g` rules about `member`: those that reach it
+# through `g` links (the member itself when it is a principal).
 _AFFECTED = text(
     """
     WITH RECURSIVE back(member, depth) AS (
-        SELECT CAST(:subject AS text), 0
+        SELECT CAST(:member AS text), 0
       UNION
         SELECT g.v0, b.depth + 1 FROM back b
           JOIN casbin_rule g ON g.tenant_id = :tenant AND g.ptype = 'g' AND g.v1 = b.member
@@ -43,10 +45,13 @@ _AFFECTED = text(
      WHERE p.tenant_id = :tenant AND p.kind || ':' || p.id::text IN (SELECT member FROM back)
     """
 )
-_COMPILE = text(
+_CLEAR_ROLES = text(
+    "DELETE FROM principal_roles WHERE tenant_id = :tenant "
+    "AND (CAST(:only AS uuid[]) IS NULL OR principal_id = ANY(CAST(:only AS uuid[])))"
+)
+_COMPILE_ROLES = text(
     """
-    WITH RECURSIVE
-    roles(principal_id, role, depth) AS (
+    WITH RECURSIVE roles(principal_id, role, depth) AS (
         SELECT p.id, p.kind || ':' || p.id::text, 0
           FROM principals p
          WHERE p.tenant_id = :tenant
@@ -56,21 +61,34 @@ _COMPILE = text(
           FROM roles r
           JOIN casbin_rule g ON g.tenant_id = :tenant AND g.ptype = 'g' AND g.v0 = r.role
          WHERE r.depth < :max_depth
-    ),
-    ancestors(space_id, obj, depth) AS (
-        SELECT s.id, 'space:' || s.id::text, 0
-          FROM spaces s WHERE s.tenant_id = :tenant
-      UNION
-        SELECT a.space_id, e.v1, a.depth + 1
-          FROM ancestors a
-          JOIN casbin_rule e ON e.tenant_id = :tenant AND e.ptype = 'g2' AND e.v0 = a.obj
-         WHERE a.depth < :max_depth
     )
-    INSERT INTO space_grants (tenant_id, principal_id, action, space_id)
-    SELECT DISTINCT :tenant, r.principal_id, p.v3, a.space_id
-      FROM roles r
-      JOIN casbin_rule p ON p.tenant_id = :tenant AND p.ptype = 'p' AND p.v0 = r.role
-      JOIN ancestors a ON a.obj = p.v2
+    INSERT INTO principal_roles (tenant_id, principal_id, role)
+    SELECT DISTINCT :tenant, principal_id, role FROM roles
+    """
+)
+_CLEAR_GRANTS = text(
+    "DELETE FROM role_grants WHERE tenant_id = :tenant "
+    "AND (CAST(:only AS text[]) IS NULL OR role = ANY(CAST(:only AS text[])))"
+)
+# Each `p` rule, walked down `g2` links (child v0 → parent v1) to every sub-space under its
+# space: the same reach as following a space's parents up to the rule, from the other end.
+_COMPILE_GRANTS = text(
+    """
+    WITH RECURSIVE reach(role, action, obj, depth) AS (
+        SELECT p.v0, p.v3, p.v2, 0
+          FROM casbin_rule p
+         WHERE p.tenant_id = :tenant AND p.ptype = 'p'
+           AND (CAST(:only AS text[]) IS NULL OR p.v0 = ANY(CAST(:only AS text[])))
+      UNION
+        SELECT r.role, r.action, e.v0, r.depth + 1
+          FROM reach r
+          JOIN casbin_rule e ON e.tenant_id = :tenant AND e.ptype = 'g2' AND e.v1 = r.obj
+         WHERE r.depth < :max_depth
+    )
+    INSERT INTO role_grants (tenant_id, role, action, space_id)
+    SELECT DISTINCT :tenant, r.role, r.action, s.id
+      FROM reach r
+      JOIN spaces s ON s.tenant_id = :tenant AND r.obj = 'space:' || s.id::text
     """
 )
 _BUMP = text(
@@ -88,43 +106,81 @@ async def lock_policy(session: AsyncSession, tenant_id: uuid.UUID) -> None:
 
 
 async def add_own_grants(
-    session: AsyncSession, tenant_id: uuid.UUID, principal_id: uuid.UUID, space_id: uuid.UUID
+    session: AsyncSession,
+    tenant_id: uuid.UUID,
+    principal: tuple[uuid.UUID, str],
+    space_id: uuid.UUID,
 ) -> int:
-    """A new principal's read/write/delete on its new personal space, without recompiling the
-    tenant: no other rule names either of them yet, so these three rows are exactly what a full
-    compile would add (the property test covers the compiler; a test compares the two)."""
+    """A new principal (id, typed name) with read/write/delete on its new personal space,
+    without recompiling anything: no other rule names either of them yet, so these rows are
+    exactly what a full compile would add (a test compares the two)."""
+    principal_id, name = principal
     await session.execute(
         text(
-            "INSERT INTO space_grants (tenant_id, principal_id, action, space_id) "
-            "SELECT :tenant, :principal, action, :space "
+            "INSERT INTO principal_roles (tenant_id, principal_id, role) "
+            "VALUES (:tenant, :principal, :name)"
+        ),
+        {"tenant": tenant_id, "principal": principal_id, "name": name},
+    )
+    await session.execute(
+        text(
+            "INSERT INTO role_grants (tenant_id, role, action, space_id) "
+            "SELECT :tenant, :name, action, :space "
             "FROM unnest(ARRAY['read', 'write', 'delete']) AS action"
         ),
-        {"tenant": tenant_id, "principal": principal_id, "space": space_id},
+        {"tenant": tenant_id, "name": name, "space": space_id},
     )
     return await bump_version(session, tenant_id)
 
 
-async def recompile(
-    session: AsyncSession, tenant_id: uuid.UUID, *, subjects: Sequence[str] | None = None
-) -> int:
-    """Rebuild the tenant's grants from its rules; returns the new policy version. The caller
-    holds `lock_policy` and owns the transaction. With `subjects` (the names whose rules
-    changed), only the principals that reach one of them are rebuilt: adding a member to a team
-    rebuilds that member, not the tenant (a test compares this with a full compile)."""
-    only: list[uuid.UUID] | None = None
-    if subjects is not None:
-        found: set[uuid.UUID] = set()
-        for subject in subjects:
-            rows = await session.scalars(
-                _AFFECTED,
-                {"tenant": tenant_id, "subject": subject, "max_depth": CASBIN_MAX_HIERARCHY},
-            )
-            found.update(rows)
-        only = sorted(found)
-    params = {"tenant": tenant_id, "max_depth": CASBIN_MAX_HIERARCHY, "only": only}
-    await session.execute(_CLEAR, params)
-    await session.execute(_COMPILE, params)
+async def recompile(session: AsyncSession, tenant_id: uuid.UUID) -> int:
+    """Rebuild the tenant's compiled grants from its rules; returns the new policy version. The
+    caller holds `lock_policy` and owns the transaction."""
+    await _rebuild_roles(session, tenant_id, None)
+    await _rebuild_grants(session, tenant_id, None)
     return await bump_version(session, tenant_id)
+
+
+async def apply_changes(
+    session: AsyncSession, tenant_id: uuid.UUID, changed: Sequence[Rule]
+) -> int:
+    """Rebuild only what the changed rules can reach; returns the new policy version.
+
+    - `g` (membership): the roles of the principals that reach the member;
+    - `p` (grant): that subject's grants;
+    - `g2` (sub-space): every rule's grants (rules by sub-spaces, never by members).
+
+    Nothing is a member-by-space product any more, so a grant to a large team over a large tree
+    writes one row per space (bench/policy.py; a test compares the result with a full compile).
+    """
+    members = sorted({rule.subject for rule in changed if rule.ptype == "g"})
+    if members:
+        affected: set[uuid.UUID] = set()
+        for member in members:
+            params = {"tenant": tenant_id, "member": member, "max_depth": CASBIN_MAX_HIERARCHY}
+            affected.update(await session.scalars(_AFFECTED, params))
+        await _rebuild_roles(session, tenant_id, sorted(affected))
+    if any(rule.ptype == "g2" for rule in changed):
+        await _rebuild_grants(session, tenant_id, None)
+    elif subjects := sorted({rule.subject for rule in changed if rule.ptype == "p"}):
+        await _rebuild_grants(session, tenant_id, subjects)
+    return await bump_version(session, tenant_id)
+
+
+async def _rebuild_roles(
+    session: AsyncSession, tenant_id: uuid.UUID, only: list[uuid.UUID] | None
+) -> None:
+    params = {"tenant": tenant_id, "max_depth": CASBIN_MAX_HIERARCHY, "only": only}
+    await session.execute(_CLEAR_ROLES, params)
+    await session.execute(_COMPILE_ROLES, params)
+
+
+async def _rebuild_grants(
+    session: AsyncSession, tenant_id: uuid.UUID, only: list[str] | None
+) -> None:
+    params = {"tenant": tenant_id, "max_depth": CASBIN_MAX_HIERARCHY, "only": only}
+    await session.execute(_CLEAR_GRANTS, params)
+    await session.execute(_COMPILE_GRANTS, params)
 
 
 async def bump_version(session: AsyncSession, tenant_id: uuid.UUID) -> int:

@@ -17,7 +17,7 @@ from service.auth.scopes import Scope
 from service.db.base import uuid7
 from service.db.models import CasbinRule, Delegation, Principal, Space, SpaceGrant, Team, Tenant
 from service.identity.problems import PrincipalNotFound
-from service.policy.compile import CASBIN_MAX_HIERARCHY, bump_version, lock_policy, recompile
+from service.policy.compile import CASBIN_MAX_HIERARCHY, apply_changes, lock_policy
 from service.policy.problems import (
     PersonalSpace,
     PolicyAdminRequired,
@@ -275,14 +275,7 @@ class PolicyService:
                     f"That change makes a {'membership' if ptype == 'g' else 'sub-space'} "
                     f"chain longer than {MAX_CHAIN} links (or a cycle); nothing was changed."
                 )
-        changed = [rule.subject for rule in (add or []) + (remove or [])]
-        if not changed:  # a new space without a parent: no rule, no grant changes
-            return PolicyChange(policy_version=await bump_version(self._session, self._tenant_id))
-        # Rules about spaces (g2) can change anyone's grants: those rebuild the whole tenant.
-        scoped = all(rule.ptype != "g2" for rule in (add or []) + (remove or []))
-        version = await recompile(
-            self._session, self._tenant_id, subjects=changed if scoped and changed else None
-        )
+        version = await apply_changes(self._session, self._tenant_id, (add or []) + (remove or []))
         return PolicyChange(policy_version=version)
 
     async def _remove(self, rule: Rule) -> None:

@@ -66,7 +66,11 @@ async def test_a_search_is_one_trace_with_the_expected_spans(
     rank, auth = _named(spans, "memory.rank"), _named(spans, "auth.authenticate")
     assert [s for s in sql if s.parent and s.parent.span_id == rank.context.span_id]
     assert [s for s in sql if s.parent and s.parent.span_id == auth.context.span_id]
-    assert rank.attributes == {"memgate.search.k": 3, "memgate.search.hits": 1}
+    assert rank.attributes == {
+        "memgate.search.k": 3,
+        "memgate.search.hits": 1,
+        "memgate.search.strategy": "exact",
+    }
     embedding = _named(spans, "embedding.embed")
     assert embedding.attributes == {
         "memgate.embedding.model": "wordllama/l2_supercat",

@@ -1,7 +1,9 @@
 """The compiled grants are pycasbin's `enforce()`, exactly: random policies over three tenants
 (membership chains up to 8 links, sub-space trees, grants to principals, teams and roles) are
-written to `casbin_rule`, compiled in SQL, and every (principal, action, space) of every tenant
-is compared with what pycasbin answers for the same lines and policies/memgate_model.conf."""
+written to `casbin_rule` one rule at a time, each followed by the scoped rebuild the policy API
+runs (`apply_changes`), and every (principal, action, space) of every tenant is compared with
+what pycasbin answers for the same lines and policies/memgate_model.conf. A full compile of
+the same rules must give the same grants."""
 
 from __future__ import annotations
 
@@ -14,9 +16,10 @@ import casbin
 from hypothesis import HealthCheck, given, settings, target
 from hypothesis import strategies as st
 from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.db.session import create_engine, create_sessionmaker
-from service.policy.compile import lock_policy, recompile
+from service.policy.compile import apply_changes, lock_policy, recompile
 from service.policy.rules import ACTIONS, Rule, add_rules, principal_name, space_name
 
 MODEL = Path(__file__).parents[3] / "policies" / "memgate_model.conf"
@@ -66,6 +69,8 @@ def tenant_policies(draw: st.DrawFn) -> TenantPolicy:
                 draw(st.sampled_from(ACTIONS)),
             )
         )
+    # Any order: a grant may come before the membership or sub-space it reaches through.
+    policy.rules = draw(st.permutations(policy.rules))
     return policy
 
 
@@ -118,18 +123,31 @@ async def compiled_grants(
                         {"t": tenant, "id": space_id},
                     )
                 await lock_policy(session, tenant)
-                await add_rules(session, tenant, policy.rules)
+                await recompile(session, tenant)  # no rules yet: each principal's own name
+                for rule in policy.rules:
+                    await add_rules(session, tenant, [rule])
+                    await apply_changes(session, tenant, [rule])
+            tenants = [policy.tenant_id for policy in policies]
+            incremental = await _space_grants(session, tenants)
+            for tenant in tenants:
                 await recompile(session, tenant)
-            rows = await session.execute(
-                text(
-                    "SELECT tenant_id, principal_id, action, space_id FROM space_grants "
-                    "WHERE tenant_id = ANY(:tenants)"
-                ),
-                {"tenants": [policy.tenant_id for policy in policies]},
-            )
-            return {(t, p, a, s) for t, p, a, s in rows.all()}
+            assert await _space_grants(session, tenants) == incremental, "scoped != full"
+            return incremental
     finally:
         await engine.dispose()
+
+
+async def _space_grants(
+    session: AsyncSession, tenants: list[uuid.UUID]
+) -> set[tuple[uuid.UUID, uuid.UUID, str, uuid.UUID]]:
+    rows = await session.execute(
+        text(
+            "SELECT tenant_id, principal_id, action, space_id FROM space_grants "
+            "WHERE tenant_id = ANY(:tenants)"
+        ),
+        {"tenants": tenants},
+    )
+    return {(t, p, a, s) for t, p, a, s in rows.all()}
 
 
 EXAMPLES = 150

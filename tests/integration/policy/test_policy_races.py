@@ -80,3 +80,50 @@ async def test_seeding_and_scoped_rebuilds_equal_a_full_compile(api: Api) -> Non
         compiled = (await session.execute(query, {"t": tenant})).all()
     assert seeded == compiled
     assert len(seeded) > 3 * 5
+
+
+async def _compiled_rows(api: Api) -> tuple[int, int, int]:
+    """(principal_roles, role_grants, space_grants) rows of the test tenant."""
+    counts = []
+    async with api.runtime.sessionmaker.begin() as session:
+        for table in ("principal_roles", "role_grants", "space_grants"):
+            counted = await session.scalar(
+                text(f"SELECT count(*) FROM {table} WHERE tenant_id = :t"),
+                {"t": uuid.UUID(api.tenant_id)},
+            )
+            counts.append(int(counted or 0))
+    return counts[0], counts[1], counts[2]
+
+
+async def test_a_grant_to_a_team_writes_one_row_per_space_not_per_member(api: Api) -> None:
+    """Grants are two closures joined at read time: granting a team of 12 read on a tree of
+    4 spaces adds 4 compiled rows (one per space), though 48 (member, space) pairs gain read."""
+    headers = api.admin.headers
+    team = (await api.http.post("/v1/teams", json={"name": "t"}, headers=headers)).json()
+    members = [await api.new_agent(f"m{n}") for n in range(12)]
+    for member in members:
+        await api.http.put(f"/v1/teams/{team['id']}/members/{member.principal_id}", headers=headers)
+    root = (await api.http.post("/v1/spaces", json={"name": "root"}, headers=headers)).json()
+    parent = root["space"]["id"]
+    for n in range(3):
+        child = await api.http.post(
+            "/v1/spaces", json={"name": f"c{n}", "parent_id": parent}, headers=headers
+        )
+        parent = child.json()["space"]["id"]
+    roles, grants, pairs = await _compiled_rows(api)
+    granted = await api.http.put(
+        f"/v1/spaces/{root['space']['id']}/grants/read/{team['subject']}", headers=headers
+    )
+    assert granted.status_code == 200, granted.text
+    assert await _compiled_rows(api) == (roles, grants + 4, pairs + 12 * 4)
+    # And every member can now list the deepest space's memories (the join is what is read).
+    writer = await api.http.put(
+        f"/v1/spaces/{parent}/grants/write/{team['subject']}", headers=headers
+    )
+    assert writer.status_code == 200, writer.text
+    await api.remember(members[0], key="deep", value="in the deepest space", space_id=parent)
+    for member in members:
+        listed = await api.http.get(
+            "/v1/memories", params={"space_id": parent}, headers=member.headers
+        )
+        assert [item["value"] for item in listed.json()["items"]] == ["in the deepest space"]
