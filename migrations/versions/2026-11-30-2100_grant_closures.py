@@ -105,6 +105,11 @@ RETURN (
 
 def upgrade() -> None:
     op.execute("SET LOCAL lock_timeout = '5s'")
+    # Old replicas may still change policy while this runs: wait for changes in flight, and
+    # hold off new ones, before the closures are read from the rules (red-team: a revoke that
+    # committed between FILL and the rename came back). Held until this migration commits;
+    # old replicas' later changes then fail on the view and roll back.
+    op.execute("LOCK TABLE casbin_rule, space_grants IN SHARE MODE")
     op.execute(TABLES)
     op.execute(FILL)
     op.execute("ALTER TABLE space_grants RENAME TO space_grants_materialized")
@@ -115,6 +120,7 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.execute("SET LOCAL lock_timeout = '5s'")
+    op.execute("LOCK TABLE casbin_rule, principal_roles, role_grants IN SHARE MODE")
     op.execute("ALTER VIEW space_grants RENAME TO space_grants_joined")
     op.execute(
         """

@@ -91,6 +91,24 @@ _COMPILE_GRANTS = text(
       JOIN spaces s ON s.tenant_id = :tenant AND r.obj = 'space:' || s.id::text
     """
 )
+# A leaf under a parent holds exactly the parent's grants, one link further from each rule:
+# exact while chains stay within the API's 8 links (pycasbin follows 10).
+_IS_NEW_LEAF = text(
+    """
+    SELECT EXISTS (SELECT 1 FROM casbin_rule WHERE tenant_id = :tenant AND ptype = 'g2'
+                      AND v0 = :child AND v1 = :parent)
+       AND (SELECT count(*) FROM casbin_rule WHERE tenant_id = :tenant
+              AND ((ptype = 'p' AND v2 = :child) OR (ptype = 'g2' AND (v1 = :child
+                   OR (v0 = :child AND v1 <> :parent))))) = 0
+       AND NOT EXISTS (SELECT 1 FROM role_grants WHERE tenant_id = :tenant
+                          AND space_id = CAST(:child_id AS uuid))
+    """
+)
+_INHERIT = text(
+    "INSERT INTO role_grants (tenant_id, role, action, space_id) "
+    "SELECT tenant_id, role, action, CAST(:child_id AS uuid) FROM role_grants "
+    "WHERE tenant_id = :tenant AND space_id = CAST(:parent_id AS uuid)"
+)
 _BUMP = text(
     "UPDATE tenants SET policy_version = policy_version + 1 WHERE tenant_id = :tenant "
     "RETURNING policy_version"
@@ -148,7 +166,9 @@ async def apply_changes(
 
     - `g` (membership): the roles of the principals that reach the member;
     - `p` (grant): that subject's grants;
-    - `g2` (sub-space): every rule's grants (rules by sub-spaces, never by members).
+    - `g2` (sub-space): a new leaf space (no rule names it yet) under a parent inherits the
+      parent's grants; any other `g2` change rebuilds every rule's grants (rules by spaces,
+      never by members).
 
     Nothing is a member-by-space product any more, so a grant to a large team over a large tree
     writes one row per space (bench/policy.py; a test compares the result with a full compile).
@@ -160,11 +180,35 @@ async def apply_changes(
             params = {"tenant": tenant_id, "member": member, "max_depth": CASBIN_MAX_HIERARCHY}
             affected.update(await session.scalars(_AFFECTED, params))
         await _rebuild_roles(session, tenant_id, sorted(affected))
-    if any(rule.ptype == "g2" for rule in changed):
+    sub_spaces = [rule for rule in changed if rule.ptype == "g2"]
+    if sub_spaces and not await _only_new_leaves(session, tenant_id, sub_spaces):
         await _rebuild_grants(session, tenant_id, None)
-    elif subjects := sorted({rule.subject for rule in changed if rule.ptype == "p"}):
+    elif sub_spaces:
+        for rule in sub_spaces:
+            await session.execute(_INHERIT, _leaf_params(tenant_id, rule))
+    if subjects := sorted({rule.subject for rule in changed if rule.ptype == "p"}):
         await _rebuild_grants(session, tenant_id, subjects)
     return await bump_version(session, tenant_id)
+
+
+async def _only_new_leaves(
+    session: AsyncSession, tenant_id: uuid.UUID, sub_spaces: list[Rule]
+) -> bool:
+    """Every rule is an added `g2` link from a space no other rule names: a new leaf."""
+    for rule in sub_spaces:
+        if not await session.scalar(_IS_NEW_LEAF, _leaf_params(tenant_id, rule)):
+            return False
+    return True
+
+
+def _leaf_params(tenant_id: uuid.UUID, rule: Rule) -> dict[str, object]:
+    return {
+        "tenant": tenant_id,
+        "child": rule.subject,
+        "parent": rule.target,
+        "child_id": rule.subject.removeprefix("space:"),
+        "parent_id": rule.target.removeprefix("space:"),
+    }
 
 
 async def _rebuild_roles(
