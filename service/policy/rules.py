@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from sqlalchemy import text
+from sqlalchemy import delete, text
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -72,6 +72,17 @@ async def add_rules(session: AsyncSession, tenant_id: uuid.UUID, rules: Iterable
     rows = [rule.row(tenant_id) for rule in rules]
     if rows:
         await session.execute(insert(CasbinRule).values(rows).on_conflict_do_nothing())
+
+
+async def remove_rule(session: AsyncSession, tenant_id: uuid.UUID, rule: Rule) -> None:
+    """Delete the rule's line (all of it, v3 included). The caller recompiles."""
+    row = rule.row(tenant_id)
+    same_line = [
+        getattr(CasbinRule, column) == row[column]
+        for column in ("tenant_id", "ptype", "v0", "v1", "v2")
+    ]
+    v3 = CasbinRule.v3.is_(None) if row["v3"] is None else CasbinRule.v3 == row["v3"]
+    await session.execute(delete(CasbinRule).where(*same_line, v3))
 
 
 def personal_space_rules(kind: str, principal_id: uuid.UUID, space_id: uuid.UUID) -> list[Rule]:

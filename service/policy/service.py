@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from service.auth.principal import Principal as Caller
 from service.auth.scopes import Scope
 from service.db.base import uuid7
-from service.db.models import CasbinRule, Delegation, Principal, Space, SpaceGrant, Team, Tenant
+from service.db.models import Delegation, Principal, Space, SpaceGrant, Team, Tenant
 from service.identity.problems import PrincipalNotFound
 from service.policy.compile import CASBIN_MAX_HIERARCHY, apply_changes, lock_policy
 from service.policy.problems import (
@@ -34,6 +34,7 @@ from service.policy.rules import (
     add_rules,
     longest_chain,
     principal_name,
+    remove_rule,
     space_name,
 )
 from service.policy.schemas import (
@@ -268,7 +269,7 @@ class PolicyService:
         await lock_policy(self._session, self._tenant_id)
         await add_rules(self._session, self._tenant_id, add or [])
         for rule in remove or []:
-            await self._remove(rule)
+            await remove_rule(self._session, self._tenant_id, rule)
         for ptype in {rule.ptype for rule in add or []} & {"g", "g2"}:
             if await longest_chain(self._session, self._tenant_id, ptype) > MAX_CHAIN:
                 raise PolicyTooDeep(
@@ -277,15 +278,6 @@ class PolicyService:
                 )
         version = await apply_changes(self._session, self._tenant_id, (add or []) + (remove or []))
         return PolicyChange(policy_version=version)
-
-    async def _remove(self, rule: Rule) -> None:
-        row = rule.row(self._tenant_id)
-        same_line = [
-            getattr(CasbinRule, column) == row[column]
-            for column in ("tenant_id", "ptype", "v0", "v1", "v2")
-        ]
-        v3 = CasbinRule.v3.is_(None) if row["v3"] is None else CasbinRule.v3 == row["v3"]
-        await self._session.execute(delete(CasbinRule).where(*same_line, v3))
 
     async def _version(self) -> int:
         version = await self._session.scalar(
