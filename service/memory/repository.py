@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, cast, func, literal, select
+from sqlalchemy import ColumnElement, ScalarSelect, Select, cast, func, literal, select
 from sqlalchemy.dialects.postgresql import ARRAY, UUID
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -203,14 +203,11 @@ async def count(
     return total, [(str(value), int(n)) for value, n, _ in rows]
 
 
-async def visible_rows_up_to(
-    session: AsyncSession, scope: Visible, filters: MemoryFilters, limit: int
-) -> int:
+def _visible_rows_up_to(scope: Visible, filters: MemoryFilters, limit: int) -> ScalarSelect[int]:
     """How many rows a search would rank, counted no further than `limit` (an index-only scan
-    of the covering index that stops there): what picks the search path."""
+    of the narrow count index that stops there): what picks the search path."""
     capped = scope.select(literal(1)).where(*filters.conditions()).limit(limit).subquery()
-    counted = await session.scalar(select(func.count()).select_from(capped))
-    return int(counted or 0)
+    return select(func.count()).select_from(capped).scalar_subquery()
 
 
 @dataclass(frozen=True)
@@ -289,12 +286,53 @@ async def search_exact(
     The scoring CTE is MATERIALIZED so `ORDER BY distance LIMIT k` can never be pushed into the
     scan: an ANN index (HNSW, IVFFlat) on `embedding` would otherwise rank the nearest rows of
     the whole table first and filter after, answering fewer than k (often zero) hits."""
+    statement = _exact(scope, query_vector, filters, k=k, min_score=min_score, size_limit=None)
+    return [(row[0], float(row[1])) for row in (await session.execute(statement)).all()]
+
+
+async def search_exact_within(
+    session: AsyncSession,
+    scope: Visible,
+    query_vector: list[float],
+    filters: MemoryFilters,
+    *,
+    k: int,
+    min_score: float | None,
+    size_limit: int,
+) -> list[tuple[Memory, float]] | None:
+    """`search_exact` if the caller sees at most `size_limit` rows, else None (nothing ranked:
+    the caller takes the approximate path). The same statement counts the visible rows first
+    (at most limit + 1, index-only on the narrow count index), so the choice costs no round
+    trip; a second, small one runs only when the answer is empty, to tell "nothing matches"
+    from "too many to rank"."""
+    statement = _exact(
+        scope, query_vector, filters, k=k, min_score=min_score, size_limit=size_limit
+    )
+    hits = [(row[0], float(row[1])) for row in (await session.execute(statement)).all()]
+    if hits:
+        return hits
+    counted = await session.scalar(select(_visible_rows_up_to(scope, filters, size_limit + 1)))
+    return None if int(counted or 0) > size_limit else hits
+
+
+def _exact(
+    scope: Visible,
+    query_vector: list[float],
+    filters: MemoryFilters,
+    *,
+    k: int,
+    min_score: float | None,
+    size_limit: int | None,
+) -> Select[Any]:
     distance = Memory.embedding.cosine_distance(query_vector)
     scored = scope.select(Memory.id.label("id"), distance.label("distance")).where(
         *filters.conditions()
     )
     if min_score is not None:
         scored = scored.where(distance <= 1.0 - min_score)
+    if size_limit is not None:
+        # An uncorrelated condition: evaluated once, before the scan, which it can skip.
+        scored = scored.where(_visible_rows_up_to(scope, filters, size_limit + 1) <= size_limit)
     scored_cte = scored.cte("scored").prefix_with("MATERIALIZED")
     ranked_cte = (
         select(scored_cte.c.id, scored_cte.c.distance)
@@ -303,13 +341,11 @@ async def search_exact(
         .cte("ranked")
         .prefix_with("MATERIALIZED")
     )
-    statement = (
+    return (
         scope.select(Memory, (1.0 - ranked_cte.c.distance).label("score"))
         .join(ranked_cte, ranked_cte.c.id == Memory.id)
         .order_by(ranked_cte.c.distance, Memory.id)
     )
-    rows = await session.execute(statement)
-    return [(row[0], float(row[1])) for row in rows.all()]
 
 
 async def key_of(session: AsyncSession, scope: Visible, memory_id: uuid.UUID) -> KeyRef | None:
@@ -378,6 +414,6 @@ __all__ = [
     "relink_closed_head",
     "search_approximate",
     "search_exact",
+    "search_exact_within",
     "supersede_live",
-    "visible_rows_up_to",
 ]

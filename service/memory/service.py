@@ -182,18 +182,22 @@ class MemoryService:
         may not see, or a floor cut into its k, and only an exact ranking knows whether k rows
         above the floor exist (promise 3: never under-filled)."""
         limit = self._limits.exact_search_max_rows
-        if await repository.visible_rows_up_to(self._session, scope, filters, limit + 1) > limit:
-            tuning = AnnTuning(self._limits.ann_ef_search, self._limits.ann_max_scan_tuples)
-            nearest = await repository.search_approximate(
-                self._session, scope, vector, filters, k=k, tuning=tuning
-            )
-            floor = -1.0 if min_score is None else min_score
-            if len(nearest) == k and all(score >= floor for _, score in nearest):
-                return nearest, "approximate"
-        exact = await repository.search_exact(
+        exact = await repository.search_exact_within(
+            self._session, scope, vector, filters, k=k, min_score=min_score, size_limit=limit
+        )
+        if exact is not None:
+            return exact, "exact"
+        tuning = AnnTuning(self._limits.ann_ef_search, self._limits.ann_max_scan_tuples)
+        nearest = await repository.search_approximate(
+            self._session, scope, vector, filters, k=k, tuning=tuning
+        )
+        floor = -1.0 if min_score is None else min_score
+        if len(nearest) == k and all(score >= floor for _, score in nearest):
+            return nearest, "approximate"
+        everything = await repository.search_exact(
             self._session, scope, vector, filters, k=k, min_score=min_score
         )
-        return exact, "exact"
+        return everything, "exact"
 
     async def delete(self, principal: Principal, memory_id: uuid.UUID) -> None:
         scope = visible(principal, Action.DELETE)
