@@ -303,14 +303,21 @@ async def search_exact_within(
     """`search_exact` if the caller sees at most `size_limit` rows, else None (nothing ranked:
     the caller takes the approximate path). The same statement counts the visible rows first
     (at most limit + 1, index-only on the narrow count index), so the choice costs no round
-    trip; a second, small one runs only when the answer is empty, to tell "nothing matches"
-    from "too many to rank"."""
+    trip. Only an empty answer costs more: one small statement (and, with a score floor, a
+    count) to tell "nothing matches" from "too many to rank"."""
     statement = _exact(
         scope, query_vector, filters, k=k, min_score=min_score, size_limit=size_limit
     )
     hits = [(row[0], float(row[1])) for row in (await session.execute(statement)).all()]
     if hits:
         return hits
+    # Nothing came back: nothing is visible, or a score floor cut everything, or the set was
+    # too large to rank. Tell them apart as cheaply as possible: without a floor, any visible
+    # row means "too large" (a small set would have answered it).
+    if not await session.scalar(select(_visible_rows_up_to(scope, filters, 1))):
+        return hits
+    if min_score is None:
+        return None
     counted = await session.scalar(select(_visible_rows_up_to(scope, filters, size_limit + 1)))
     return None if int(counted or 0) > size_limit else hits
 
