@@ -17,6 +17,7 @@ from service.http.deps import Db
 from service.http.params import parse_id
 from service.policy.guards import requires_policy_admin
 from service.policy.schemas import (
+    Member,
     Permissions,
     PolicyAction,
     PolicyChange,
@@ -62,30 +63,39 @@ class TeamController(Controller):
         return TeamList(items=items)
 
     @put(
-        "/{team_id:str}/members/{principal_id:str}",
+        "/{team_id:str}/members/{member:str}",
         status_code=200,
         guards=_MANAGE,
         opt={"action": "policy.team.add_member"},
     )
     async def add_member(
-        self, request: AuthedRequest, team_id: FromPath[str], principal_id: FromPath[str], db: Db
+        self, request: AuthedRequest, team_id: FromPath[str], member: FromPath[str], db: Db
     ) -> PolicyChange:
-        """Add a principal to a team; it gains the team's grants on its next request."""
+        """Add a member to a team: a principal (its id) or another team (`team:<uuid>`), whose
+        members then hold this team's grants too. They gain them on their next request.
+        Membership chains may have at most 8 links."""
         service = await _admin(request, db)
-        return await service.add_member(parse_id(team_id), parse_id(principal_id))
+        return await service.add_member(parse_id(team_id), _member(member))
 
     @delete(
-        "/{team_id:str}/members/{principal_id:str}",
+        "/{team_id:str}/members/{member:str}",
         status_code=200,
         guards=_MANAGE,
         opt={"action": "policy.team.remove_member"},
     )
     async def remove_member(
-        self, request: AuthedRequest, team_id: FromPath[str], principal_id: FromPath[str], db: Db
+        self, request: AuthedRequest, team_id: FromPath[str], member: FromPath[str], db: Db
     ) -> PolicyChange:
-        """Remove a principal from a team; it loses the team's grants on its next request."""
+        """Remove a member (a principal id or `team:<uuid>`) from a team; its members lose the
+        team's grants on their next request."""
         service = await _admin(request, db)
-        return await service.remove_member(parse_id(team_id), parse_id(principal_id))
+        return await service.remove_member(parse_id(team_id), _member(member))
+
+
+def _member(raw: str) -> Member:
+    if raw.startswith("team:"):
+        return Member(parse_id(raw.removeprefix("team:")), is_team=True)
+    return Member(parse_id(raw))
 
 
 class SpaceController(Controller):

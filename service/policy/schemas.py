@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 from typing import Annotated, Literal
 
 import msgspec
@@ -12,6 +13,14 @@ from service.db.types import NO_NUL
 Name = Annotated[str, msgspec.Meta(min_length=1, max_length=200, pattern=NO_NUL)]
 PolicyAction = Literal["read", "write", "delete"]
 PolicyRole = Literal["policy_admin"]
+
+
+@dataclass(frozen=True)
+class Member:
+    """A team member as the path names it: a principal id, or `team:<uuid>` for a team."""
+
+    id: uuid.UUID
+    is_team: bool = False
 
 
 class TeamCreate(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):

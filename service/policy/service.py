@@ -38,6 +38,7 @@ from service.policy.rules import (
     space_name,
 )
 from service.policy.schemas import (
+    Member,
     Permission,
     Permissions,
     PolicyAction,
@@ -125,15 +126,15 @@ class PolicyService:
         )
         return [_team_out(team) for team in rows]
 
-    async def add_member(self, team_id: uuid.UUID, principal_id: uuid.UUID) -> PolicyChange:
+    async def add_member(self, team_id: uuid.UUID, member: Member) -> PolicyChange:
         team = await self._team(team_id)
-        member = await self._principal_name(principal_id)
-        return await self._change(add=[Rule("g", member, f"team:{team.id}")])
+        name = await self._member_name(team, member)
+        return await self._change(add=[Rule("g", name, f"team:{team.id}")])
 
-    async def remove_member(self, team_id: uuid.UUID, principal_id: uuid.UUID) -> PolicyChange:
+    async def remove_member(self, team_id: uuid.UUID, member: Member) -> PolicyChange:
         team = await self._team(team_id)
-        member = await self._principal_name(principal_id)
-        return await self._change(remove=[Rule("g", member, f"team:{team.id}")])
+        name = await self._member_name(team, member)
+        return await self._change(remove=[Rule("g", name, f"team:{team.id}")])
 
     # spaces -----------------------------------------------------------------------------
 
@@ -306,6 +307,16 @@ class PolicyService:
                 f"Space {space.id} is a personal space: only its owner uses it. Share through a "
                 "team or tenant space instead."
             )
+
+    async def _member_name(self, team: Team, member: Member) -> str:
+        """A principal of this tenant, or another team of it (a team cannot contain itself;
+        longer cycles fail the chain check)."""
+        if not member.is_team:
+            return await self._principal_name(member.id)
+        inner = await self._team(member.id)
+        if inner.id == team.id:
+            raise PolicyTooDeep("A team cannot be a member of itself; nothing was changed.")
+        return f"team:{inner.id}"
 
     async def _principal_name(self, principal_id: uuid.UUID) -> str:
         row = await self._session.get(Principal, (self._tenant_id, principal_id))

@@ -170,6 +170,85 @@ async def test_a_sub_space_chain_of_nine_links_is_refused_and_changes_nothing(ap
     assert again["policy_version"] == version
 
 
+async def _version(api: Api) -> int:
+    explained = await _ok(
+        await api.http.get(
+            f"/v1/principals/{api.admin.principal_id}/permissions", headers=api.admin.headers
+        )
+    )
+    return int(explained["policy_version"])
+
+
+async def test_a_team_in_a_team_shares_the_outer_teams_grants_and_explains_why(
+    api: Api,
+) -> None:
+    alice, bob = await api.new_agent("alice"), await api.new_agent("bob")
+    inner, outer = await _team(api, "inner"), await _team(api, "outer")
+    space = await _space(api, "outer-space")
+    await _grant(api, space["id"], "read", outer["subject"])
+    await _grant(api, space["id"], "write", outer["subject"])
+    await _member(api, inner["id"], alice.principal_id)
+    await _member(api, outer["id"], bob.principal_id)
+    await _member(api, outer["id"], inner["subject"])
+    note = await api.remember(bob, key="plan", value="the outer invoice plan", space_id=space["id"])
+    assert note["id"] in (await _ids(api, alice))["list"]
+    explained = await _ok(
+        await api.http.get(
+            f"/v1/principals/{alice.principal_id}/permissions", headers=api.admin.headers
+        )
+    )
+    reasons = {(p["space_id"], p["action"]): p["reasons"] for p in explained["permissions"]}
+    [reason] = reasons[(space["id"], "read")]
+    assert reason["via_subjects"] == [_subject(alice), inner["subject"], outer["subject"]]
+    readers = await _ok(
+        await api.http.get(f"/v1/spaces/{space['id']}/access/read", headers=api.admin.headers)
+    )
+    assert set(readers["principal_ids"]) == {alice.principal_id, bob.principal_id}
+
+    await _member(api, outer["id"], inner["subject"], method="DELETE")
+    assert note["id"] not in (await _ids(api, alice))["list"]
+    assert note["id"] in (await _ids(api, bob))["list"]
+
+
+async def test_membership_chains_of_nine_links_and_cycles_are_refused(api: Api) -> None:
+    alice = await api.new_agent("alice")
+    teams = [await _team(api, f"t{n}") for n in range(9)]
+    await _member(api, teams[0]["id"], alice.principal_id)  # link 1
+    for n in range(1, 8):  # links 2..8: t0 in t1, ..., t6 in t7
+        await _member(api, teams[n]["id"], teams[n - 1]["subject"])
+    version = await _version(api)
+    for team, member in (
+        (teams[8], teams[7]),  # the ninth link
+        (teams[0], teams[3]),  # a cycle
+        (teams[0], teams[0]),  # a team in itself
+    ):
+        refused = await api.http.put(
+            f"/v1/teams/{team['id']}/members/{member['subject']}", headers=api.admin.headers
+        )
+        assert_problem(refused, 422, "policy-too-deep")
+    assert await _version(api) == version
+
+
+@pytest.mark.parametrize(
+    ("member", "status", "slug"),
+    [
+        ("team:not-a-uuid", 400, "malformed-id"),
+        (f"team:{uuid.uuid4()}", 404, "team-not-found"),
+        ("role:policy_admin", 400, "malformed-id"),
+    ],
+)
+async def test_unknown_or_malformed_team_members_are_refused(
+    api: Api, member: str, status: int, slug: str
+) -> None:
+    team = await _team(api)
+    version = await _version(api)
+    response = await api.http.put(
+        f"/v1/teams/{team['id']}/members/{member}", headers=api.admin.headers
+    )
+    assert_problem(response, status, slug)
+    assert await _version(api) == version
+
+
 @pytest.mark.parametrize(
     "subject",
     [
@@ -202,9 +281,11 @@ async def test_another_tenants_ids_are_404(api: Api) -> None:
     other = await api.other_tenant()
     their_team, their_space = await _team(other), await _space(other)
     bob = await other.new_agent("bob")
-    mine = await _space(api)
+    mine, my_team = await _space(api), await _team(api)
     cases = [
         ("PUT", f"/v1/teams/{their_team['id']}/members/{api.admin.principal_id}", "team-not-found"),
+        ("PUT", f"/v1/teams/{my_team['id']}/members/{their_team['subject']}", "team-not-found"),
+        ("PUT", f"/v1/teams/{my_team['id']}/members/{bob.principal_id}", "principal-not-found"),
         (
             "PUT",
             f"/v1/spaces/{their_space['id']}/grants/read/{their_team['subject']}",
