@@ -74,8 +74,9 @@ class TeamController(Controller):
         """Add a member to a team: a principal (its id) or another team (`team:<uuid>`), whose
         members then hold this team's grants too. They gain them on their next request.
         Membership chains may have at most 8 links."""
-        service = await _admin(request, db)
-        return await service.add_member(parse_id(team_id), _member(member))
+        service, named = await _admin(request, db), _member(member)
+        _name_nested_team(request, named)
+        return await service.add_member(parse_id(team_id), named)
 
     @delete(
         "/{team_id:str}/members/{member:str}",
@@ -88,8 +89,15 @@ class TeamController(Controller):
     ) -> PolicyChange:
         """Remove a member (a principal id or `team:<uuid>`) from a team; its members lose the
         team's grants on their next request."""
-        service = await _admin(request, db)
-        return await service.remove_member(parse_id(team_id), _member(member))
+        service, named = await _admin(request, db), _member(member)
+        _name_nested_team(request, named)
+        return await service.remove_member(parse_id(team_id), named)
+
+
+def _name_nested_team(request: AuthedRequest, member: Member) -> None:
+    """The audit row names path ids that are bare UUIDs; `team:<uuid>` is not one."""
+    if member.is_team:
+        trail_of(request).add_targets([member.id])
 
 
 def _member(raw: str) -> Member:

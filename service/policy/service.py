@@ -65,15 +65,31 @@ _REACHES = text(
     SELECT EXISTS (SELECT 1 FROM r WHERE role = :target)
     """
 )
+# Why a principal holds each grant: for every role it reaches, ONE membership chain (a
+# shortest one, ties broken by name), so the answer stays as small as the closure however the
+# teams are nested (red-team: listing every path grew as width^7 with eight layers of teams).
 _EXPLAIN = text(
     """
     WITH RECURSIVE
-    roles(role, path, depth) AS (
-        SELECT CAST(:name AS text), ARRAY[CAST(:name AS text)], 0
-      UNION ALL
-        SELECT g.v1, r.path || g.v1, r.depth + 1 FROM roles r
+    reach(role, depth) AS (
+        SELECT CAST(:name AS text), 0
+      UNION
+        SELECT g.v1, r.depth + 1 FROM reach r
           JOIN casbin_rule g ON g.tenant_id = :tenant AND g.ptype = 'g' AND g.v0 = r.role
-         WHERE r.depth < :max_depth AND NOT g.v1 = ANY(r.path)
+         WHERE r.depth < :max_depth
+    ),
+    nearest AS (SELECT role, min(depth) AS depth FROM reach GROUP BY role),
+    parent AS (
+        SELECT n.role, min(g.v0) AS via
+          FROM nearest n
+          JOIN casbin_rule g ON g.tenant_id = :tenant AND g.ptype = 'g' AND g.v1 = n.role
+          JOIN nearest m ON m.role = g.v0 AND m.depth = n.depth - 1
+         GROUP BY n.role
+    ),
+    roles(role, path) AS (
+        SELECT CAST(:name AS text), ARRAY[CAST(:name AS text)]
+      UNION ALL
+        SELECT p.role, r.path || p.role FROM roles r JOIN parent p ON p.via = r.role
     ),
     ancestors(space_id, obj, path, depth) AS (
         SELECT s.id, 'space:' || s.id::text, ARRAY['space:' || s.id::text], 0
@@ -128,12 +144,14 @@ class PolicyService:
 
     async def add_member(self, team_id: uuid.UUID, member: Member) -> PolicyChange:
         team = await self._team(team_id)
-        name = await self._member_name(team, member)
+        name = await self._member_name(member)
+        if name == f"team:{team.id}":
+            raise PolicyTooDeep("A team cannot be a member of itself; nothing was changed.")
         return await self._change(add=[Rule("g", name, f"team:{team.id}")])
 
     async def remove_member(self, team_id: uuid.UUID, member: Member) -> PolicyChange:
         team = await self._team(team_id)
-        name = await self._member_name(team, member)
+        name = await self._member_name(member)
         return await self._change(remove=[Rule("g", name, f"team:{team.id}")])
 
     # spaces -----------------------------------------------------------------------------
@@ -308,15 +326,11 @@ class PolicyService:
                 "team or tenant space instead."
             )
 
-    async def _member_name(self, team: Team, member: Member) -> str:
-        """A principal of this tenant, or another team of it (a team cannot contain itself;
-        longer cycles fail the chain check)."""
+    async def _member_name(self, member: Member) -> str:
+        """A principal of this tenant, or a team of it (cycles fail the chain check)."""
         if not member.is_team:
             return await self._principal_name(member.id)
-        inner = await self._team(member.id)
-        if inner.id == team.id:
-            raise PolicyTooDeep("A team cannot be a member of itself; nothing was changed.")
-        return f"team:{inner.id}"
+        return f"team:{(await self._team(member.id)).id}"
 
     async def _principal_name(self, principal_id: uuid.UUID) -> str:
         row = await self._session.get(Principal, (self._tenant_id, principal_id))

@@ -4,14 +4,17 @@ scope, no policy grant, another tenant's ids, invalid names, chains deeper than 
 
 from __future__ import annotations
 
+import itertools
 import json
 import uuid
 from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from tests.fixtures.api import Agent, Api
+from tests.integration.audit.support import audit_rows
 from tests.integration.memory.support import assert_problem
 
 
@@ -227,6 +230,57 @@ async def test_membership_chains_of_nine_links_and_cycles_are_refused(api: Api) 
         )
         assert_problem(refused, 422, "policy-too-deep")
     assert await _version(api) == version
+
+
+async def test_nesting_is_audited_with_both_teams(api: Api, owner_engine: AsyncEngine) -> None:
+    """Red-team: the inner team (`team:<uuid>`, not a bare id) was missing from the audit row."""
+    inner, outer = await _team(api, "inner"), await _team(api, "outer")
+    await _member(api, outer["id"], inner["subject"])
+    await _member(api, outer["id"], inner["subject"], method="DELETE")
+    rows = [
+        row
+        for row in await audit_rows(owner_engine)
+        if row["action"] in {"policy.team.add_member", "policy.team.remove_member"}
+    ]
+    assert [row["action"] for row in rows] == [
+        "policy.team.add_member",
+        "policy.team.remove_member",
+    ]
+    for row in rows:
+        assert set(row["target_ids"]) == {uuid.UUID(outer["id"]), uuid.UUID(inner["id"])}
+
+
+async def test_explaining_nested_teams_gives_one_chain_per_role(api: Api) -> None:
+    """Red-team: eight layers of two teams, each linked to every team of the next layer, gave
+    2^7 chains for one grant (and width^7 in general). Now: one shortest chain per role."""
+    alice = await api.new_agent("alice")
+    layers = [[await _team(api, f"l{n}a"), await _team(api, f"l{n}b")] for n in range(8)]
+    for team in layers[0]:
+        await _member(api, team["id"], alice.principal_id)
+    for lower, upper in itertools.pairwise(layers):
+        for outer in upper:
+            for inner in lower:
+                await _member(api, outer["id"], inner["subject"])
+    space = await _space(api, "top")
+    granted = layers[-1][0]
+    await _grant(api, space["id"], "read", granted["subject"])
+    explained = await _ok(
+        await api.http.get(
+            f"/v1/principals/{alice.principal_id}/permissions", headers=api.admin.headers
+        )
+    )
+    [read] = [p for p in explained["permissions"] if p["space_id"] == space["id"]]
+    [reason] = read["reasons"]
+    chain = reason["via_subjects"]
+    assert len(chain) == 9
+    assert chain[0] == _subject(alice)
+    assert chain[-1] == granted["subject"]
+    assert all(
+        name in {team["subject"] for team in layer}
+        for name, layer in zip(chain[1:], layers, strict=True)
+    )
+    # Removing a link that is not there (even a team "in itself") is a no-op, not an error.
+    await _member(api, granted["id"], granted["subject"], method="DELETE")
 
 
 @pytest.mark.parametrize(
