@@ -392,8 +392,8 @@ class AuditActor(Base):
 
 class CasbinRule(Base):
     """One line of the tenant's Casbin policy (`p`, `g` or `g2`), in the adapters' column
-    layout. Written only through the policy service, which recompiles `space_grants` in the
-    same transaction."""
+    layout. Written only through the policy service, which rebuilds the compiled grants
+    (`principal_roles`, `role_grants`) in the same transaction."""
 
     __tablename__ = "casbin_rule"
     __table_args__ = (

@@ -248,25 +248,25 @@ async def search_approximate(
         .join(nearest, nearest.c.id == Memory.id)
         .order_by(nearest.c.distance, Memory.id)
     )
-    sorting = await session.scalar(select(func.current_setting("enable_sort")))
     walk = {
         "hnsw.iterative_scan": "strict_order",
         "hnsw.ef_search": str(tuning.ef_search),
         "hnsw.max_scan_tuples": str(tuning.max_scan_tuples),
         "enable_sort": "off",
     }
-    await _set_local(session, walk)
+    sorting = await _set_local(session, walk, answering="enable_sort")
     rows = (await session.execute(statement)).all()
     # (A failed statement aborts the transaction, so there is nothing to restore then.)
-    await _set_local(session, {"enable_sort": str(sorting)})
+    await _set_local(session, {"enable_sort": sorting}, answering="enable_sort")
     return [(row[0], float(row[1])) for row in rows]
 
 
-async def _set_local(session: AsyncSession, settings: dict[str, str]) -> None:
-    """Transaction-local settings (`SET LOCAL`), in one round trip."""
-    await session.execute(
-        select(*(func.set_config(name, value, True) for name, value in settings.items()))
-    )
+async def _set_local(session: AsyncSession, settings: dict[str, str], *, answering: str) -> str:
+    """Transaction-local settings (`SET LOCAL`) in one round trip; answers the value
+    `answering` had before (the select list is read left to right)."""
+    before = func.current_setting(answering)
+    changes = (func.set_config(name, value, True) for name, value in settings.items())
+    return str(await session.scalar(select(before, *changes)))
 
 
 async def search_exact(

@@ -7,8 +7,8 @@ spaces are a subquery *inside* the statement, so grants and data are read in one
 a search is one round trip. No grants means an empty array, which matches nothing: never "no
 filter". A structural test fails if any other module selects, updates or deletes memory rows.
 
-The grants are the compiled `space_grants` table (service/policy/compile.py): every principal
-starts with read, write and delete in its personal space; policy rules add the rest.
+The grants are the `space_grants` view over the compiled closures (service/policy/compile.py):
+every principal starts with read, write and delete in its personal space; rules add the rest.
 """
 
 from __future__ import annotations
