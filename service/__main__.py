@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import json
 import os
+import signal
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -47,7 +48,8 @@ class DatabaseUrls:
 def database_urls(settings: Settings) -> Iterator[DatabaseUrls]:
     """`DATABASE_URL` (the app's login) and `MEMGATE_MIGRATION_DATABASE_URL` (the owner; default
     the same URL) when set, nothing started; otherwise the embedded cluster, where the service
-    makes the app's login itself, stopped cleanly on exit."""
+    makes the app's login itself, stopped cleanly on exit if this process started it (a cluster
+    another live process started, e.g. a running `serve`, is used and left running)."""
     database = settings.database
     if database.url:
         yield DatabaseUrls(owner=database.migration_url or database.url, app=database.url)
@@ -121,7 +123,7 @@ def _print_banner(settings: Settings, admin: AdminClient | None, started: float)
             f'{admin.secret_file})" -d grant_type=client_credentials',
             "  or: memgate token",
         ]
-    lines.append("  stop with Ctrl-C (the embedded database stops with it)")
+    lines.append("  stop with Ctrl-C, SIGTERM or SIGHUP (the embedded database stops with it)")
     print("\n".join(lines), flush=True)
 
 
@@ -144,6 +146,11 @@ async def _serve(settings: Settings, url: str, started: float) -> None:
             lifespan="on",
         )
         server = uvicorn.Server(config)
+        # uvicorn stops gracefully on SIGINT and SIGTERM only; SIGHUP (a closed terminal) gets
+        # the same graceful stop instead of killing the process with the database left up.
+        asyncio.get_running_loop().add_signal_handler(
+            signal.SIGHUP, setattr, server, "should_exit", True
+        )
         serving = asyncio.create_task(server.serve())
         while not server.started and not serving.done():  # noqa: ASYNC110 (uvicorn has no event)
             await asyncio.sleep(0.05)
@@ -162,12 +169,37 @@ def cmd_serve(settings: Settings) -> int:
     started = time.perf_counter()
     configure_logging(json_logs=settings.server.json_logs)
     configure_telemetry(settings.observability)
-    with database_urls(settings) as urls:
+    with (
+        _stopped_by_signals(),
+        suppress(KeyboardInterrupt, Stopped),
+        database_urls(settings) as urls,
+    ):
         upgrade(urls.owner)
         app_url = urls.app_login(settings)
-        with suppress(KeyboardInterrupt):
-            asyncio.run(_serve(settings, app_url, started))
+        asyncio.run(_serve(settings, app_url, started))
     return 0
+
+
+class Stopped(Exception):
+    """SIGTERM or SIGHUP arrived: unwind like Ctrl-C, so the embedded database is stopped."""
+
+
+@contextmanager
+def _stopped_by_signals() -> Iterator[None]:
+    """SIGTERM (`kill`, systemd, `docker stop`) and SIGHUP end `serve` the way Ctrl-C does.
+    Their default action kills the process on the spot, skipping every `finally`, which left the
+    embedded PostgreSQL running with no owner. While uvicorn serves it catches SIGTERM itself,
+    shuts down gracefully, then raises the signal again: this handler turns that into `Stopped`."""
+
+    def stop(signum: int, _frame: object) -> None:
+        raise Stopped(signal.Signals(signum).name)
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def cmd_migrate(settings: Settings) -> int:
