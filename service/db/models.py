@@ -166,8 +166,8 @@ class Memory(Base):
             "kind IN ('fact', 'preference', 'decision', 'episode', 'summary', 'document')",
             name="kind",
         ),
-        # Exact pre-filtered search reads this covering index only (docs/design.md, "Search"): a tenant's
-        # live vectors sit together, so the scan costs ~1 µs per visible row.
+        # Exact pre-filtered search reads this covering index only (docs/design.md, "Search"): a
+        # tenant's live vectors sit together, so the scan costs ~1 µs per visible row.
         Index(
             "ix_memories_visible_scan",
             "tenant_id",
