@@ -92,8 +92,10 @@ class EmbeddedPostgres:
         if self._server is None:
             return
         server, self._server = self._server, None
-        # The wheel caches one handle per pgdata and registers an atexit hook per handle; drop
+        # With cleanup_mode=None the wheel's cleanup only takes this pid off its on-disk list.
+        # It also caches one handle per pgdata and registers an atexit hook per handle; drop
         # both so a later start() in this process sees the cluster as it is then.
+        server.cleanup()
         type(server)._instances.pop(server.pgdata, None)
         import atexit
 
