@@ -146,17 +146,24 @@ async def _serve(settings: Settings, url: str, started: float) -> None:
             lifespan="on",
         )
         server = uvicorn.Server(config)
+
         # uvicorn stops gracefully on SIGINT and SIGTERM only; SIGHUP (a closed terminal) gets
         # the same graceful stop instead of killing the process with the database left up.
-        asyncio.get_running_loop().add_signal_handler(
-            signal.SIGHUP, setattr, server, "should_exit", True
-        )
-        serving = asyncio.create_task(server.serve())
-        while not server.started and not serving.done():  # noqa: ASYNC110 (uvicorn has no event)
-            await asyncio.sleep(0.05)
-        if server.started:
-            _print_banner(settings, admin, started)
-        await serving
+        # signal.signal, not loop.add_signal_handler: closing the loop would reset SIGHUP to its
+        # default while the database is still being stopped.
+        def drain(_signum: int, _frame: object) -> None:
+            server.should_exit = True
+
+        outer = signal.signal(signal.SIGHUP, drain)
+        try:
+            serving = asyncio.create_task(server.serve())
+            while not server.started and not serving.done():  # noqa: ASYNC110 (no event)
+                await asyncio.sleep(0.05)
+            if server.started:
+                _print_banner(settings, admin, started)
+            await serving
+        finally:
+            signal.signal(signal.SIGHUP, outer)
     finally:
         await runtime.close()
 
