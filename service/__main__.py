@@ -119,7 +119,7 @@ def _print_banner(settings: Settings, admin: AdminClient | None, started: float)
             f"  admin client id: {admin.client_id}",
             f"  admin secret:    in {admin.secret_file} (mode 0600)",
             "  get a token:",
-            f'    curl -s -X POST {url}/oauth/token -u "{admin.client_id}:$(cat '
+            f'    curl -sS --fail-with-body -X POST {url}/oauth/token -u "{admin.client_id}:$(cat '
             f'{admin.secret_file})" -d grant_type=client_credentials',
             "  or: memgate token",
         ]
