@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import json
 import os
+import signal
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -47,7 +48,8 @@ class DatabaseUrls:
 def database_urls(settings: Settings) -> Iterator[DatabaseUrls]:
     """`DATABASE_URL` (the app's login) and `MEMGATE_MIGRATION_DATABASE_URL` (the owner; default
     the same URL) when set, nothing started; otherwise the embedded cluster, where the service
-    makes the app's login itself, stopped cleanly on exit."""
+    makes the app's login itself, stopped cleanly on exit if this process started it (a cluster
+    another live process started, e.g. a running `serve`, is used and left running)."""
     database = settings.database
     if database.url:
         yield DatabaseUrls(owner=database.migration_url or database.url, app=database.url)
@@ -117,11 +119,11 @@ def _print_banner(settings: Settings, admin: AdminClient | None, started: float)
             f"  admin client id: {admin.client_id}",
             f"  admin secret:    in {admin.secret_file} (mode 0600)",
             "  get a token:",
-            f'    curl -s -X POST {url}/oauth/token -u "{admin.client_id}:$(cat '
+            f'    curl -sS --fail-with-body -X POST {url}/oauth/token -u "{admin.client_id}:$(cat '
             f'{admin.secret_file})" -d grant_type=client_credentials',
             "  or: memgate token",
         ]
-    lines.append("  stop with Ctrl-C (the embedded database stops with it)")
+    lines.append("  stop with Ctrl-C, SIGTERM or SIGHUP (the embedded database stops with it)")
     print("\n".join(lines), flush=True)
 
 
@@ -144,12 +146,24 @@ async def _serve(settings: Settings, url: str, started: float) -> None:
             lifespan="on",
         )
         server = uvicorn.Server(config)
-        serving = asyncio.create_task(server.serve())
-        while not server.started and not serving.done():  # noqa: ASYNC110 (uvicorn has no event)
-            await asyncio.sleep(0.05)
-        if server.started:
-            _print_banner(settings, admin, started)
-        await serving
+
+        # uvicorn stops gracefully on SIGINT and SIGTERM only; SIGHUP (a closed terminal) gets
+        # the same graceful stop instead of killing the process with the database left up.
+        # signal.signal, not loop.add_signal_handler: closing the loop would reset SIGHUP to its
+        # default while the database is still being stopped.
+        def drain(_signum: int, _frame: object) -> None:
+            server.should_exit = True
+
+        outer = signal.signal(signal.SIGHUP, drain)
+        try:
+            serving = asyncio.create_task(server.serve())
+            while not server.started and not serving.done():  # noqa: ASYNC110 (no event)
+                await asyncio.sleep(0.05)
+            if server.started:
+                _print_banner(settings, admin, started)
+            await serving
+        finally:
+            signal.signal(signal.SIGHUP, outer)
     finally:
         await runtime.close()
 
@@ -162,12 +176,37 @@ def cmd_serve(settings: Settings) -> int:
     started = time.perf_counter()
     configure_logging(json_logs=settings.server.json_logs)
     configure_telemetry(settings.observability)
-    with database_urls(settings) as urls:
+    with (
+        _stopped_by_signals(),
+        suppress(KeyboardInterrupt, Stopped),
+        database_urls(settings) as urls,
+    ):
         upgrade(urls.owner)
         app_url = urls.app_login(settings)
-        with suppress(KeyboardInterrupt):
-            asyncio.run(_serve(settings, app_url, started))
+        asyncio.run(_serve(settings, app_url, started))
     return 0
+
+
+class Stopped(Exception):
+    """SIGTERM or SIGHUP arrived: unwind like Ctrl-C, so the embedded database is stopped."""
+
+
+@contextmanager
+def _stopped_by_signals() -> Iterator[None]:
+    """SIGTERM (`kill`, systemd, `docker stop`) and SIGHUP end `serve` the way Ctrl-C does.
+    Their default action kills the process on the spot, skipping every `finally`, which left the
+    embedded PostgreSQL running with no owner. While uvicorn serves it catches SIGTERM itself,
+    shuts down gracefully, then raises the signal again: this handler turns that into `Stopped`."""
+
+    def stop(signum: int, _frame: object) -> None:
+        raise Stopped(signal.Signals(signum).name)
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def cmd_migrate(settings: Settings) -> int:
@@ -224,23 +263,42 @@ def cmd_audit_checkpoint(settings: Settings) -> int:
     return 0
 
 
-def cmd_token(settings: Settings, scope: str | None) -> int:
+def cmd_token(settings: Settings, scopes: list[str] | None) -> int:
+    """Failures are one line on stderr naming what to fix; no traceback."""
     import httpx
 
     data_dir = settings.database.data_dir
-    info = json.loads((data_dir / ADMIN_CLIENT_FILE).read_text())
-    secret = (data_dir / ADMIN_SECRET_FILE).read_text().strip()
+    info_file, secret_file = data_dir / ADMIN_CLIENT_FILE, data_dir / ADMIN_SECRET_FILE
+    try:
+        info = json.loads(info_file.read_text())
+        secret = secret_file.read_text().strip()
+        client_id = str(info["client_id"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        print(
+            f"memgate token: cannot read the bootstrap admin client ({info_file}, {secret_file}): "
+            f"{exc.__class__.__name__}. Run `memgate serve` once with this MEMGATE_DATA_DIR "
+            "(its first start writes them), or set MEMGATE_DATA_DIR to the server's data dir.",
+            file=sys.stderr,
+        )
+        return 1
     form = {"grant_type": "client_credentials"}
-    if scope:
-        form["scope"] = scope
-    response = httpx.post(
-        f"{settings.server.public_url}/oauth/token",
-        data=form,
-        auth=(info["client_id"], secret),
-        timeout=10,
-    )
+    if scopes:
+        form["scope"] = " ".join(scopes)
+    url = f"{settings.server.public_url}/oauth/token"
+    try:
+        response = httpx.post(url, data=form, auth=(client_id, secret), timeout=10)
+    except httpx.HTTPError as exc:
+        print(
+            f"memgate token: cannot reach {url} ({exc.__class__.__name__}); is memgate serve "
+            "running there? (MEMGATE_PUBLIC_URL, or MEMGATE_HOST/MEMGATE_PORT, name it)",
+            file=sys.stderr,
+        )
+        return 1
     if response.is_error:
-        print(response.text, file=sys.stderr)
+        print(
+            f"memgate token: {url} answered {response.status_code}: {response.text}",
+            file=sys.stderr,
+        )
         return 1
     print(response.json()["access_token"])
     return 0
@@ -254,31 +312,83 @@ def cmd_openapi(path: Path) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="memgate", description=__doc__)
-    commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("serve", help="start memgate (embedded database unless DATABASE_URL)")
-    commands.add_parser("migrate", help="run database migrations to head")
-    revision = commands.add_parser("revision", help="autogenerate a migration from the models")
-    revision.add_argument("-m", "--message", required=True)
-    keys = commands.add_parser("keys", help="signing keys of the embedded issuer")
-    keys.add_argument("action", choices=["rotate"])
-    token = commands.add_parser("token", help="print an access token for the bootstrap admin")
-    token.add_argument("--scope", default=None)
-    audit = commands.add_parser("audit", help="the audit log")
-    audit_commands = audit.add_subparsers(dest="audit_command", required=True)
-    verify = audit_commands.add_parser(
-        "verify", help="check an export of GET /v1/audit/export (no database needed)"
+def build_parser() -> argparse.ArgumentParser:
+    from importlib.metadata import version
+
+    parser = argparse.ArgumentParser(
+        prog="memgate",
+        description="memgate: a multi-tenant memory service for AI agents. Settings are "
+        "environment variables (service/settings.py); without DATABASE_URL every command uses "
+        "the embedded PostgreSQL under MEMGATE_DATA_DIR, and leaves it running when another "
+        "memgate process (a running serve) started it.",
+    )
+    parser.add_argument("--version", action="version", version=f"memgate {version('memgate')}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(where: Any, name: str, summary: str, details: str = "") -> argparse.ArgumentParser:
+        sub: argparse.ArgumentParser = where.add_parser(
+            name, help=summary, description=f"{summary}. {details}".strip()
+        )
+        return sub
+
+    command(
+        commands,
+        "serve",
+        "start memgate (embedded database unless DATABASE_URL)",
+        "Migrates to head, bootstraps a default tenant and admin client on first start, and "
+        "serves on MEMGATE_HOST:MEMGATE_PORT. Ctrl-C, SIGTERM or SIGHUP stop it and the "
+        "embedded database it started.",
+    )
+    command(commands, "migrate", "run database migrations to head")
+    revision = command(commands, "revision", "autogenerate a migration from the models")
+    revision.add_argument("-m", "--message", required=True, help="the migration's title")
+    keys = command(
+        commands,
+        "keys",
+        "signing keys of the embedded issuer",
+        "`memgate keys rotate` promotes the published next key; tokens signed by the old one "
+        "keep verifying until they expire.",
+    )
+    keys.add_argument("action", choices=["rotate"], help="rotate: rotate the signing keys")
+    token = command(
+        commands,
+        "token",
+        "print an access token for the bootstrap admin",
+        "Reads the admin client from MEMGATE_DATA_DIR and asks the server at MEMGATE_PUBLIC_URL.",
+    )
+    token.add_argument(
+        "--scope",
+        action="append",
+        metavar="SCOPE",
+        help="a scope to ask for (repeat, or give several separated by spaces); default: all "
+        "the client's scopes",
+    )
+    audit = command(commands, "audit", "the audit log: verify an export, sign checkpoints")
+    audit_commands = audit.add_subparsers(dest="audit_command", required=True, metavar="ACTION")
+    verify = command(
+        audit_commands,
+        "verify",
+        "check an export of GET /v1/audit/export (no database needed)",
+        "Exit code 0 when the chain (and the checkpoint's signature, if given) holds.",
     )
     verify.add_argument("export", help="NDJSON file from GET /v1/audit/export")
     verify.add_argument("--checkpoint", help="JSON from GET /v1/audit/checkpoints/latest")
     verify.add_argument("--keys", help="JWKS from GET /v1/audit/keys")
-    audit_commands.add_parser(
-        "checkpoint", help="sign a checkpoint for every tenant whose audit chain grew"
+    command(
+        audit_commands,
+        "checkpoint",
+        "sign a checkpoint for every tenant whose audit chain grew",
+        "For a CronJob (with MEMGATE_AUDIT_CHECKPOINT_SECONDS=0 on the API pods).",
     )
-    openapi = commands.add_parser("openapi", help="write the OpenAPI document")
-    openapi.add_argument("--output", type=Path, default=Path("openapi.yaml"))
-    args = parser.parse_args(argv)
+    openapi = command(commands, "openapi", "write the OpenAPI document")
+    openapi.add_argument(
+        "--output", type=Path, default=Path("openapi.yaml"), help="where (default openapi.yaml)"
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
 
     settings = Settings.from_env()
     if args.command == "serve":

@@ -1,6 +1,6 @@
 """Core tables: tenants, principals, clients, signing keys, spaces, memories.
 
-Memories carry every lifecycle column of DESIGN §5 so later issues add behaviour, not columns.
+Memories carry every lifecycle column of docs/design.md ("Parts") so later issues add behaviour, not columns.
 
 Revision ID: 20261130_core
 Revises:

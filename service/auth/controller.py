@@ -39,9 +39,11 @@ class OAuthController(Controller):
     async def token(
         self, request: Request[Any, Any, Any], db: Db, runtime: Rt
     ) -> Response[dict[str, Any]]:
-        """OAuth 2 token endpoint (client credentials, `client_secret_basic` or
-        `client_secret_post`). Answers a short-lived `at+jwt` access token; scopes outside the
-        client's registration are dropped and `scope` says what was granted."""
+        """OAuth 2 token endpoint: client credentials, and RFC 8693 token exchange (an agent the
+        user allowed sends the user's token as `subject_token` and gets one acting for that user:
+        `act.sub` = the agent, scope = requested ∩ client's ∩ user token's). Clients authenticate
+        with `client_secret_basic` or `client_secret_post`; the answer is a short-lived `at+jwt`
+        whose `scope` says what was granted."""
         content_type = request.headers.get("content-type", "")
         items: list[tuple[str, str]] = []
         if content_type.lower().startswith("application/x-www-form-urlencoded"):

@@ -155,7 +155,7 @@ class Space(Base):
 
 
 class Memory(Base):
-    """One memory with every lifecycle column of DESIGN §5 (later issues add behaviour, not
+    """One memory with every lifecycle column of docs/design.md (later issues add behaviour, not
     columns). Reads go through `service.policy.visible` only."""
 
     __tablename__ = "memories"
@@ -166,8 +166,8 @@ class Memory(Base):
             "kind IN ('fact', 'preference', 'decision', 'episode', 'summary', 'document')",
             name="kind",
         ),
-        # Exact pre-filtered search reads this covering index only (perf.md §3.3): a tenant's
-        # live vectors sit together, so the scan costs ~1 µs per visible row.
+        # Exact pre-filtered search reads this covering index only (docs/design.md, "Search"): a
+        # tenant's live vectors sit together, so the scan costs ~1 µs per visible row.
         Index(
             "ix_memories_visible_scan",
             "tenant_id",

@@ -26,7 +26,7 @@ def create_engine(url: str, *, pool_size: int = 10, role: str | None = None) -> 
     """The app's engine. With `role`, every new connection switches to that role first, so the
     app works with the non-owner role's privileges whoever it logs in as."""
     # prepare_threshold=None keeps every statement on a custom plan: a generic plan silently drops
-    # partial indexes and made filtered search 100x slower in perf.md §3.2.
+    # partial indexes and made filtered search 100x slower (docs/design.md, "Search").
     engine = create_async_engine(
         async_url(url),
         pool_size=pool_size,

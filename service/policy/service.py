@@ -318,7 +318,7 @@ class PolicyService:
 
     @staticmethod
     def _not_personal(space: Space) -> None:
-        """A personal space is its owner's alone (DESIGN: owner only): no policy change may
+        """A personal space is its owner's alone (docs/design.md, "Parts"): no policy change may
         share it, hang sub-spaces under it, or take the owner's grants away."""
         if space.kind == "personal":
             raise PersonalSpace(
