@@ -35,6 +35,7 @@ from service.policy.service import PolicyService
 AuthedRequest = Request[Principal, VerifiedToken, State]
 _MANAGE = [requires(Scope.MANAGE_POLICY), requires_policy_admin]
 _READ = [requires(Scope.READ_POLICY)]
+_DELEGATES = [requires(Scope.MANAGE_DELEGATES)]
 
 
 async def _admin(request: AuthedRequest, db: Db) -> PolicyService:
@@ -225,13 +226,15 @@ class PermissionController(Controller):
     @put(
         "/{principal_id:str}/delegates/{agent_id:str}",
         status_code=204,
+        guards=_DELEGATES,
         opt={"action": "policy.delegate.allow"},
     )
     async def allow_delegate(
         self, request: AuthedRequest, principal_id: FromPath[str], agent_id: FromPath[str], db: Db
     ) -> None:
-        """Let an agent act for this user through token exchange (RFC 8693). The user decides
-        for itself; anyone else needs `manage:policy` and the policy admin grant."""
+        """Let an agent act for this user through token exchange (RFC 8693); needs
+        `manage:delegates`. The user decides for itself; anyone else also needs `manage:policy`
+        and the policy admin grant."""
         await PolicyService(db, request.user).set_delegate(
             parse_id(principal_id), parse_id(agent_id), allowed=True
         )
@@ -239,12 +242,14 @@ class PermissionController(Controller):
     @delete(
         "/{principal_id:str}/delegates/{agent_id:str}",
         status_code=204,
+        guards=_DELEGATES,
         opt={"action": "policy.delegate.revoke"},
     )
     async def revoke_delegate(
         self, request: AuthedRequest, principal_id: FromPath[str], agent_id: FromPath[str], db: Db
     ) -> None:
-        """Stop an agent acting for this user: its exchanged tokens fail on the next request."""
+        """Stop an agent acting for this user (needs `manage:delegates`): its exchanged tokens
+        fail on the next request."""
         await PolicyService(db, request.user).set_delegate(
             parse_id(principal_id), parse_id(agent_id), allowed=False
         )
