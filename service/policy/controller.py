@@ -175,7 +175,7 @@ class SpaceController(Controller):
         action: FromPath[PolicyAction],
         db: Db,
     ) -> SpaceAccess:
-        """Who may `action` in this space (needs `read:policy`)."""
+        """Who may `action` in this space (needs `read:policy`, and a user or service caller)."""
         result = await PolicyService(db, request.user).access(parse_id(space_id), action)
         trail_of(request).count(len(result.principal_ids))
         return result
@@ -199,7 +199,8 @@ class RoleController(Controller):
         db: Db,
     ) -> PolicyChange:
         """Give a principal a policy role (`policy_admin`: may change the tenant's policy and
-        manage principals and clients, with `manage:policy`)."""
+        manage principals and clients, with `manage:policy`; `external_admin`: its external
+        IdP tokens keep admin scopes, which only a caller holding every admin scope grants)."""
         return await (await _admin(request, db)).set_role(parse_id(principal_id), role, True)
 
     @delete(
@@ -215,7 +216,8 @@ class RoleController(Controller):
         principal_id: FromPath[str],
         db: Db,
     ) -> PolicyChange:
-        """Take a policy role away (not your own: another policy admin must)."""
+        """Take a policy role away (not your own, nor from a principal holding admin scopes
+        you lack, nor the tenant's last policy admin)."""
         return await (await _admin(request, db)).set_role(parse_id(principal_id), role, False)
 
 
@@ -263,7 +265,7 @@ class PermissionController(Controller):
         self, request: AuthedRequest, principal_id: FromPath[str], db: Db
     ) -> Permissions:
         """What this principal may do in your tenant, and the chain of rules behind each grant
-        (needs `read:policy`)."""
+        (needs `read:policy`; an agent may ask about itself only)."""
         result = await PolicyService(db, request.user).permissions(parse_id(principal_id))
         trail_of(request).count(len(result.permissions))
         return result
