@@ -18,6 +18,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.auth.issuer import hash_secret_off_loop
+from service.auth.principal import Principal as Caller
 from service.auth.scopes import ADMIN_SCOPES, ALL_SCOPES, Scope
 from service.db.base import uuid7
 from service.db.models import Client, Principal, RoleAssignment, Space, Tenant
@@ -41,6 +42,7 @@ from service.policy.powers import admin_powers, auditor_count
 from service.policy.problems import LastRoleHolder
 from service.policy.rules import add_rules, personal_space_rules, principal_name
 from service.policy.seed import bootstrap_rules
+from service.policy.service import PolicyService
 from service.problems import InsufficientScope
 
 LIST_LIMIT = 500
@@ -130,7 +132,7 @@ class IdentityService:
         )
         return RoleGrant(principal_id=principal_id, role=role)
 
-    async def revoke_role(self, caller: CallerScopes, principal_id: uuid.UUID, role: Role) -> None:
+    async def revoke_role(self, caller: Caller, principal_id: uuid.UUID, role: Role) -> None:
         """Idempotent too; an unknown principal answers 404 like everywhere else. Nobody takes
         the role from a principal whose admin powers exceed their own, and the tenant's last
         auditor keeps it (nobody could read the audit log any more)."""
@@ -139,9 +141,11 @@ class IdentityService:
         # The tenant's policy lock serialises concurrent removals, so two of them cannot each
         # see another auditor left and together remove the last two.
         await lock_policy(self._session, self._tenant_id)
-        outranking = (
-            await admin_powers(self._session, self._tenant_id, principal_id) - caller.scopes
-        )
+        # The route guard ran before the lock; a concurrent change may have taken the caller's
+        # admin grant since (the same re-check every policy change makes).
+        await PolicyService(self._session, caller).require_policy_admin()
+        powers = await admin_powers(self._session, self._tenant_id, principal_id)
+        outranking = powers - caller.scopes
         if outranking:
             raise InsufficientScope(
                 f"Principal {principal_id} holds admin scopes your token lacks "
