@@ -2,22 +2,25 @@
 principal are still enabled: disabling a client stops its tokens on the very next request.
 
 The token's scopes are a ceiling, and so is who holds them: admin scopes never reach an agent
-principal or a non-admin client, whatever an issuer (embedded or external) put in the token."""
+principal or a non-admin client, whatever an issuer (embedded or external) put in the token. An
+external IdP has no admin clients of ours, so its tokens keep admin scopes only for a principal
+whose mapping a caller holding every admin scope approved (`role:external_admin`)."""
 
 from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
 
-from sqlalchemy import select
+from sqlalchemy import Text, cast, exists, select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
 
 from service.auth.principal import Principal
 from service.auth.scopes import ADMIN_SCOPES
 from service.auth.tokens import TokenRejected, VerifiedToken
-from service.db.models import Client, Delegation
+from service.db.models import CasbinRule, Client, Delegation
 from service.db.models import Principal as PrincipalRow
+from service.policy.rules import EXTERNAL_ADMIN
 
 
 @dataclass(frozen=True)
@@ -130,9 +133,17 @@ async def _embedded_principal(session: AsyncSession, token: VerifiedToken) -> _H
 
 
 async def _external_principal(session: AsyncSession, token: VerifiedToken) -> _Holder | None:
+    # The approval is a direct `g` line to the role (the policy service writes it only for a
+    # caller holding every admin scope); the name is built the way policy/rules.py builds it.
+    approved = exists().where(
+        CasbinRule.tenant_id == PrincipalRow.tenant_id,
+        CasbinRule.ptype == "g",
+        CasbinRule.v0 == PrincipalRow.kind + ":" + cast(PrincipalRow.id, Text),
+        CasbinRule.v1 == EXTERNAL_ADMIN,
+    )
     found = (
         await session.execute(
-            select(PrincipalRow.id, PrincipalRow.kind).where(
+            select(PrincipalRow.id, PrincipalRow.kind, approved).where(
                 PrincipalRow.tenant_id == token.tenant_id,
                 PrincipalRow.external_issuer == token.issuer.issuer,
                 PrincipalRow.external_subject == token.subject,
@@ -142,5 +153,5 @@ async def _external_principal(session: AsyncSession, token: VerifiedToken) -> _H
     ).one_or_none()
     if found is None:
         return None
-    principal_id, principal_kind = found
-    return _Holder(principal_id, principal_kind != "agent")
+    principal_id, principal_kind, admin_approved = found
+    return _Holder(principal_id, principal_kind != "agent" and bool(admin_approved))

@@ -11,6 +11,9 @@ class Scope(StrEnum):
     DELETE_MEMORY = "delete:memory"
     READ_POLICY = "read:policy"
     MANAGE_POLICY = "manage:policy"
+    MANAGE_DELEGATES = "manage:delegates"
+    """Decide which agents may act for a user (RFC 8693 consent): the user's own decision,
+    not one a read-only token may make."""
     READ_AUDIT = "read:audit"
     MANAGE_ERASURE = "manage:erasure"
     RUN_JOBS = "run:jobs"

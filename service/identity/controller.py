@@ -74,8 +74,9 @@ class PrincipalController(Controller):
         self, request: AuthedRequest, principal_id: FromPath[str], role: FromPath[Role], db: Db
     ) -> RoleGrant:
         """Grant a tenant role. `auditor` may read, export and verify the audit log (with a
-        token holding `read:audit`). Granting a role already held changes nothing."""
-        return await _service(request, db).grant_role(parse_id(principal_id), role)
+        token holding `read:audit`, which the granting caller needs too). Granting a role
+        already held changes nothing."""
+        return await _service(request, db).grant_role(request.user, parse_id(principal_id), role)
 
     @delete(
         "/{principal_id:str}/roles/{role:str}",
@@ -86,8 +87,9 @@ class PrincipalController(Controller):
     async def revoke_role(
         self, request: AuthedRequest, principal_id: FromPath[str], role: FromPath[Role], db: Db
     ) -> None:
-        """Take a tenant role away (at once: the next call of that principal is refused)."""
-        await _service(request, db).revoke_role(parse_id(principal_id), role)
+        """Take a tenant role away (at once: the next call of that principal is refused). Not
+        from a principal holding admin scopes you lack, nor from the tenant's last auditor."""
+        await _service(request, db).revoke_role(request.user, parse_id(principal_id), role)
 
 
 class ClientController(Controller):

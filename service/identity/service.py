@@ -18,6 +18,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.auth.issuer import hash_secret_off_loop
+from service.auth.principal import Principal as Caller
 from service.auth.scopes import ADMIN_SCOPES, ALL_SCOPES, Scope
 from service.db.base import uuid7
 from service.db.models import Client, Principal, RoleAssignment, Space, Tenant
@@ -37,11 +38,16 @@ from service.identity.schemas import (
     RoleGrant,
 )
 from service.policy.compile import add_own_grants, lock_policy, recompile
+from service.policy.powers import admin_powers, auditor_count
+from service.policy.problems import LastRoleHolder
 from service.policy.rules import add_rules, personal_space_rules, principal_name
 from service.policy.seed import bootstrap_rules
+from service.policy.service import PolicyService
 from service.problems import InsufficientScope
 
 LIST_LIMIT = 500
+_ROLE_SCOPES: dict[str, str] = {"auditor": Scope.READ_AUDIT}
+"""The scope each tenant role works with: granting the role hands that power out."""
 
 
 class CallerScopes(Protocol):
@@ -106,10 +112,19 @@ class IdentityService:
             raise PrincipalNotFound(f"No principal {principal_id} in your tenant.")
         return _principal_out(row, await self._personal_space(row.id))
 
-    async def grant_role(self, principal_id: uuid.UUID, role: Role) -> RoleGrant:
-        """Idempotent: granting a role the principal holds changes nothing."""
+    async def grant_role(
+        self, caller: CallerScopes, principal_id: uuid.UUID, role: Role
+    ) -> RoleGrant:
+        """Idempotent: granting a role the principal holds changes nothing. Nobody hands out a
+        power they lack: the auditor role takes a caller holding `read:audit`."""
         if await self._session.get(Principal, (self._tenant_id, principal_id)) is None:
             raise PrincipalNotFound(f"No principal {principal_id} in your tenant.")
+        if _ROLE_SCOPES[role] not in caller.scopes:
+            raise InsufficientScope(
+                f"Granting the '{role}' role needs the '{_ROLE_SCOPES[role]}' scope it works "
+                "with: nobody hands out more than they have.",
+                required_scope=_ROLE_SCOPES[role],
+            )
         await self._session.execute(
             insert(RoleAssignment)
             .values(tenant_id=self._tenant_id, principal_id=principal_id, role=role)
@@ -117,17 +132,41 @@ class IdentityService:
         )
         return RoleGrant(principal_id=principal_id, role=role)
 
-    async def revoke_role(self, principal_id: uuid.UUID, role: Role) -> None:
-        """Idempotent too; an unknown principal answers 404 like everywhere else."""
+    async def revoke_role(self, caller: Caller, principal_id: uuid.UUID, role: Role) -> None:
+        """Idempotent too; an unknown principal answers 404 like everywhere else. Nobody takes
+        the role from a principal whose admin powers exceed their own, and the tenant's last
+        auditor keeps it (nobody could read the audit log any more)."""
         if await self._session.get(Principal, (self._tenant_id, principal_id)) is None:
             raise PrincipalNotFound(f"No principal {principal_id} in your tenant.")
-        await self._session.execute(
-            delete(RoleAssignment).where(
+        # The tenant's policy lock serialises concurrent removals, so two of them cannot each
+        # see another auditor left and together remove the last two.
+        await lock_policy(self._session, self._tenant_id)
+        # The route guard ran before the lock; a concurrent change may have taken the caller's
+        # admin grant since (the same re-check every policy change makes).
+        await PolicyService(self._session, caller).require_policy_admin()
+        powers = await admin_powers(self._session, self._tenant_id, principal_id)
+        outranking = powers - caller.scopes
+        if outranking:
+            raise InsufficientScope(
+                f"Principal {principal_id} holds admin scopes your token lacks "
+                f"({', '.join(sorted(outranking))}); only a caller holding all of them may take "
+                "its roles away.",
+                required_scope=sorted(outranking)[0],
+            )
+        removed = await self._session.scalar(
+            delete(RoleAssignment)
+            .where(
                 RoleAssignment.tenant_id == self._tenant_id,
                 RoleAssignment.principal_id == principal_id,
                 RoleAssignment.role == role,
             )
+            .returning(RoleAssignment.role)
         )
+        if removed is not None and not await auditor_count(self._session, self._tenant_id):
+            raise LastRoleHolder(
+                f"Principal {principal_id} is your tenant's last {role}; nothing was changed. "
+                f"Grant the {role} role to someone else first."
+            )
 
     async def list_principals(self) -> list[PrincipalOut]:
         rows = await self._session.execute(
@@ -308,11 +347,11 @@ async def create_tenant(session: AsyncSession, name: str) -> BootstrapResult:
     await session.flush()
     identity = IdentityService(session, tenant.tenant_id)
     admin = await identity.create_principal(PrincipalCreate(kind="user", display_name="admin"))
-    await identity.grant_role(admin.id, "auditor")
+    founder = _Founder(admin.id, ALL_SCOPES)
+    await identity.grant_role(founder, admin.id, "auditor")
     await lock_policy(session, tenant.tenant_id)
     await add_rules(session, tenant.tenant_id, bootstrap_rules(f"user:{admin.id}"))
     await recompile(session, tenant.tenant_id)
-    founder = _Founder(admin.id, ALL_SCOPES)
     created = await identity.create_client(
         founder,
         ClientCreate(

@@ -35,6 +35,7 @@ from service.policy.service import PolicyService
 AuthedRequest = Request[Principal, VerifiedToken, State]
 _MANAGE = [requires(Scope.MANAGE_POLICY), requires_policy_admin]
 _READ = [requires(Scope.READ_POLICY)]
+_DELEGATES = [requires(Scope.MANAGE_DELEGATES)]
 
 
 async def _admin(request: AuthedRequest, db: Db) -> PolicyService:
@@ -174,7 +175,7 @@ class SpaceController(Controller):
         action: FromPath[PolicyAction],
         db: Db,
     ) -> SpaceAccess:
-        """Who may `action` in this space (needs `read:policy`)."""
+        """Who may `action` in this space (needs `read:policy`, and a user or service caller)."""
         result = await PolicyService(db, request.user).access(parse_id(space_id), action)
         trail_of(request).count(len(result.principal_ids))
         return result
@@ -198,7 +199,8 @@ class RoleController(Controller):
         db: Db,
     ) -> PolicyChange:
         """Give a principal a policy role (`policy_admin`: may change the tenant's policy and
-        manage principals and clients, with `manage:policy`)."""
+        manage principals and clients, with `manage:policy`; `external_admin`: its external
+        IdP tokens keep admin scopes, which only a caller holding every admin scope grants)."""
         return await (await _admin(request, db)).set_role(parse_id(principal_id), role, True)
 
     @delete(
@@ -214,7 +216,8 @@ class RoleController(Controller):
         principal_id: FromPath[str],
         db: Db,
     ) -> PolicyChange:
-        """Take a policy role away (not your own: another policy admin must)."""
+        """Take a policy role away (not your own, nor from a principal holding admin scopes
+        you lack, nor the tenant's last policy admin)."""
         return await (await _admin(request, db)).set_role(parse_id(principal_id), role, False)
 
 
@@ -225,13 +228,15 @@ class PermissionController(Controller):
     @put(
         "/{principal_id:str}/delegates/{agent_id:str}",
         status_code=204,
+        guards=_DELEGATES,
         opt={"action": "policy.delegate.allow"},
     )
     async def allow_delegate(
         self, request: AuthedRequest, principal_id: FromPath[str], agent_id: FromPath[str], db: Db
     ) -> None:
-        """Let an agent act for this user through token exchange (RFC 8693). The user decides
-        for itself; anyone else needs `manage:policy` and the policy admin grant."""
+        """Let an agent act for this user through token exchange (RFC 8693); needs
+        `manage:delegates`. The user decides for itself; anyone else also needs `manage:policy`
+        and the policy admin grant."""
         await PolicyService(db, request.user).set_delegate(
             parse_id(principal_id), parse_id(agent_id), allowed=True
         )
@@ -239,12 +244,14 @@ class PermissionController(Controller):
     @delete(
         "/{principal_id:str}/delegates/{agent_id:str}",
         status_code=204,
+        guards=_DELEGATES,
         opt={"action": "policy.delegate.revoke"},
     )
     async def revoke_delegate(
         self, request: AuthedRequest, principal_id: FromPath[str], agent_id: FromPath[str], db: Db
     ) -> None:
-        """Stop an agent acting for this user: its exchanged tokens fail on the next request."""
+        """Stop an agent acting for this user (needs `manage:delegates`): its exchanged tokens
+        fail on the next request."""
         await PolicyService(db, request.user).set_delegate(
             parse_id(principal_id), parse_id(agent_id), allowed=False
         )
@@ -258,7 +265,7 @@ class PermissionController(Controller):
         self, request: AuthedRequest, principal_id: FromPath[str], db: Db
     ) -> Permissions:
         """What this principal may do in your tenant, and the chain of rules behind each grant
-        (needs `read:policy`)."""
+        (needs `read:policy`; an agent may ask about itself only)."""
         result = await PolicyService(db, request.user).permissions(parse_id(principal_id))
         trail_of(request).count(len(result.permissions))
         return result

@@ -33,3 +33,15 @@ class PolicyTooDeep(Problem, slug="policy-too-deep", status=422, title="Policy c
 
 class PersonalSpace(Problem, slug="personal-space", status=422, title="Personal space"):
     """Personal spaces belong to their owner alone; they cannot be shared or nested under."""
+
+
+class LastRoleHolder(Problem, slug="last-role-holder", status=409, title="Last role holder"):
+    """The tenant's last policy admin or last auditor cannot be removed: nobody could manage
+    the tenant's access or read its audit log any more. Give the role to someone else first."""
+
+
+class PolicyReadSelfOnly(
+    Problem, slug="policy-read-self-only", status=403, title="Agents explain only themselves"
+):
+    """An agent (or a call an agent makes for a user) may read its own permissions only; the
+    tenant's access graph is for policy readers who are users or services."""

@@ -26,6 +26,9 @@ MAX_CHAIN = 8
 ACTIONS = ("read", "write", "delete")
 POLICY_ADMIN = "role:policy_admin"
 """Members (directly or through teams) may change the tenant's policy (with `manage:policy`)."""
+EXTERNAL_ADMIN = "role:external_admin"
+"""A principal mapped to an external IdP subject whose IdP tokens may carry admin scopes. Only
+a direct link counts, and only a caller holding every admin scope sets or removes it."""
 
 Ptype = Literal["p", "g", "g2"]
 

@@ -12,7 +12,7 @@ from service.db.types import NO_NUL
 
 Name = Annotated[str, msgspec.Meta(min_length=1, max_length=200, pattern=NO_NUL)]
 PolicyAction = Literal["read", "write", "delete"]
-PolicyRole = Literal["policy_admin"]
+PolicyRole = Literal["policy_admin", "external_admin"]
 
 
 @dataclass(frozen=True)

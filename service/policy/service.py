@@ -13,20 +13,24 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.auth.principal import Principal as Caller
-from service.auth.scopes import Scope
+from service.auth.scopes import ADMIN_SCOPES, Scope
 from service.db.base import uuid7
 from service.db.models import Delegation, Principal, Space, SpaceGrant, Team, Tenant
 from service.identity.problems import PrincipalNotFound
 from service.policy.compile import CASBIN_MAX_HIERARCHY, apply_changes, lock_policy
+from service.policy.powers import admin_powers, policy_admin_count
 from service.policy.problems import (
+    LastRoleHolder,
     PersonalSpace,
     PolicyAdminRequired,
     PolicyNameInvalid,
+    PolicyReadSelfOnly,
     PolicyTooDeep,
     SpaceUnknown,
     TeamNotFound,
 )
 from service.policy.rules import (
+    EXTERNAL_ADMIN,
     MAX_CHAIN,
     NAME,
     POLICY_ADMIN,
@@ -196,13 +200,50 @@ class PolicyService:
 
     async def set_role(self, principal_id: uuid.UUID, role: str, member: bool) -> PolicyChange:
         rule = Rule("g", await self._principal_name(principal_id), f"role:{role}")
+        if rule.target == EXTERNAL_ADMIN:
+            await self._approve_external_admin(principal_id, member)
         if member:
             return await self._change(add=[rule])
         if principal_id == self._caller.principal_id:
             raise PolicyNameInvalid(
                 "You cannot take your own policy role away (ask another policy admin)."
             )
+        # Under the policy lock, like the change itself: the powers and the admin check read
+        # what concurrent changes committed.
+        await lock_policy(self._session, self._tenant_id)
+        await self.require_policy_admin()
+        await self._not_outranked(principal_id)
         return await self._change(remove=[rule])
+
+    async def _approve_external_admin(self, principal_id: uuid.UUID, member: bool) -> None:
+        """Letting a principal's IdP tokens carry admin scopes hands out every admin scope the
+        IdP may put in them, so only a caller holding all of them decides, either way."""
+        lacking = ADMIN_SCOPES - self._caller.scopes
+        if lacking:
+            raise InsufficientScope(
+                "Approving (or withdrawing) admin scopes from an external IdP needs every admin "
+                f"scope; your token lacks {', '.join(sorted(lacking))}.",
+                required_scope=sorted(lacking)[0],
+            )
+        row = await self._session.get(Principal, (self._tenant_id, principal_id))
+        if member and (row is None or row.external_subject is None or row.kind == "agent"):
+            raise PolicyNameInvalid(
+                f"Principal {principal_id} is not a user or service mapped to an external IdP "
+                "subject: only such a mapping can be approved for admin scopes."
+            )
+
+    async def _not_outranked(self, principal_id: uuid.UUID) -> None:
+        """Nobody removes a role from a principal whose admin powers exceed their own (a lower
+        admin could otherwise lock out the tenant owner)."""
+        powers = await admin_powers(self._session, self._tenant_id, principal_id)
+        outranking = powers - self._caller.scopes
+        if outranking:
+            raise InsufficientScope(
+                f"Principal {principal_id} holds admin scopes your token lacks "
+                f"({', '.join(sorted(outranking))}); only a caller holding all of them may take "
+                "its roles away.",
+                required_scope=sorted(outranking)[0],
+            )
 
     # delegation -------------------------------------------------------------------------
 
@@ -244,6 +285,11 @@ class PolicyService:
 
     async def permissions(self, principal_id: uuid.UUID) -> Permissions:
         """What the principal may do, and each chain of rules behind it."""
+        if await self._caller_is_agent() and principal_id != self._acting_id():
+            raise PolicyReadSelfOnly(
+                "Agents may explain only their own permissions: ask for "
+                f"/v1/principals/{self._acting_id()}/permissions."
+            )
         name = await self._principal_name(principal_id)
         params = {"tenant": self._tenant_id, "name": name, "max_depth": CASBIN_MAX_HIERARCHY}
         rows = (await self._session.execute(_EXPLAIN, params)).all()
@@ -263,6 +309,11 @@ class PolicyService:
 
     async def access(self, space_id: uuid.UUID, action: PolicyAction) -> SpaceAccess:
         """Who may `action` in the space (from the compiled grants)."""
+        if await self._caller_is_agent():
+            raise PolicyReadSelfOnly(
+                "Agents may not list who uses a space; ask for your own permissions at "
+                f"/v1/principals/{self._acting_id()}/permissions."
+            )
         await self._space(space_id)
         rows = await self._session.scalars(
             select(SpaceGrant.principal_id)
@@ -282,13 +333,35 @@ class PolicyService:
 
     # internals --------------------------------------------------------------------------
 
+    def _acting_id(self) -> uuid.UUID:
+        """Who really makes the call: the agent of a delegated token, else the caller."""
+        return self._caller.actor_id or self._caller.principal_id
+
+    async def _caller_is_agent(self) -> bool:
+        """An agent, or an agent acting for a user (the tenant's graph is not for either)."""
+        if self._caller.actor_id is not None:
+            return True
+        row = await self._session.get(Principal, (self._tenant_id, self._caller.principal_id))
+        return row is None or row.kind == "agent"
+
     async def _change(
         self, *, add: list[Rule] | None = None, remove: list[Rule] | None = None
     ) -> PolicyChange:
         await lock_policy(self._session, self._tenant_id)
+        # The route guard checked the caller before the lock; a concurrent change may have
+        # taken its role since (two admins removing each other both passed the guard). Under
+        # the lock each statement reads what the other committed.
+        await self.require_policy_admin()
         await add_rules(self._session, self._tenant_id, add or [])
         for rule in remove or []:
             await remove_rule(self._session, self._tenant_id, rule)
+        if any(rule.ptype == "g" for rule in remove or []) and not await policy_admin_count(
+            self._session, self._tenant_id
+        ):
+            raise LastRoleHolder(
+                "That change would leave your tenant without a policy admin; nothing was "
+                "changed. Add another policy admin first."
+            )
         for ptype in {rule.ptype for rule in add or []} & {"g", "g2"}:
             if await longest_chain(self._session, self._tenant_id, ptype) > MAX_CHAIN:
                 raise PolicyTooDeep(

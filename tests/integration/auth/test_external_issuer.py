@@ -36,6 +36,7 @@ from tests.integration.auth.forge import (
     sign,
     with_overrides,
 )
+from tests.integration.memory.support import assert_problem
 
 IDP = "https://idp.test"
 SUBJECT = "ext-user-1"
@@ -363,3 +364,71 @@ async def test_admin_scopes_from_an_idp_never_reach_an_agent_principal(
     assert minted.json()["required_scope"] == "manage:policy"
     clients = await ext_api.http.get("/v1/clients", headers=ext_api.admin.headers)
     assert [c["name"] for c in clients.json()["items"]] == ["bootstrap-admin"]
+
+
+async def _lower_admin(api: Api) -> dict[str, str]:
+    """A policy admin holding `manage:policy` only (no audit, no tenant scope)."""
+    officer = await api.new_principal("officer")
+    client = await api.new_client(officer["id"], ["manage:policy"], kind="admin")
+    token = await api.access_token(client["client"]["client_id"], client["client_secret"])
+    added = await api.http.put(
+        f"/v1/roles/policy_admin/members/{officer['id']}", headers=api.admin.headers
+    )
+    assert added.status_code == 200, added.text
+    return {"Authorization": f"Bearer {token}"}
+
+
+async def test_idp_admin_scopes_need_an_owner_approved_mapping(ext_api: Api, idp: FakeIdp) -> None:
+    """Review item 4: a `manage:policy`-only admin mapped an IdP subject to a new user, gave it
+    the policy admin and auditor roles, and that subject's IdP token (claiming every scope)
+    read the audit log and registered an all-scope client acting as the owner."""
+    officer = await _lower_admin(ext_api)
+    mapped = await ext_api.http.post(
+        "/v1/principals",
+        json={"display_name": "idp admin", "external_issuer": IDP, "external_subject": SUBJECT},
+        headers=officer,
+    )
+    assert mapped.status_code == 201, mapped.text
+    principal_id = mapped.json()["id"]
+    for path in (
+        f"/v1/roles/policy_admin/members/{principal_id}",
+        f"/v1/principals/{principal_id}/roles/auditor",
+    ):
+        await ext_api.http.put(path, headers=ext_api.admin.headers)
+    every = "manage:policy read:audit manage:erasure run:jobs manage:tenant read:memory"
+    token = sign(idp.es256, idp_claims(ext_api.tenant_id, scope=every))
+    headers = {"Authorization": f"Bearer {token}"}
+    assert (await ext_api.http.get("/v1/memories", headers=headers)).status_code == 200
+    audit = await ext_api.http.get("/v1/audit/events", headers=headers)
+    assert_problem(audit, 403, "insufficient-scope")
+    minted = await ext_api.http.post(
+        "/v1/clients",
+        json={
+            "principal_id": ext_api.admin.principal_id,
+            "name": "escalate",
+            "kind": "admin",
+            "scopes": sorted(every.split()),
+        },
+        headers=headers,
+    )
+    assert_problem(minted, 403, "insufficient-scope")
+    # The approval is the owner's: a lower admin cannot give it, nor to an unmapped principal.
+    approve = f"/v1/roles/external_admin/members/{principal_id}"
+    assert_problem(await ext_api.http.put(approve, headers=officer), 403, "insufficient-scope")
+    plain = await ext_api.new_principal("plain")
+    unmapped = await ext_api.http.put(
+        f"/v1/roles/external_admin/members/{plain['id']}", headers=ext_api.admin.headers
+    )
+    assert_problem(unmapped, 422, "policy-name-invalid")
+    clients = await ext_api.http.get("/v1/clients", headers=ext_api.admin.headers)
+    assert [c["name"] for c in clients.json()["items"]] == ["bootstrap-admin", "agent"]
+    # Once the owner approves, the IdP's admin scopes count (and removing it is the owner's).
+    approved = await ext_api.http.put(approve, headers=ext_api.admin.headers)
+    assert approved.status_code == 200, approved.text
+    assert (await ext_api.http.get("/v1/audit/events", headers=headers)).status_code == 200
+    revoke = await ext_api.http.delete(approve, headers=officer)
+    assert_problem(revoke, 403, "insufficient-scope")
+    revoked = await ext_api.http.delete(approve, headers=ext_api.admin.headers)
+    assert revoked.status_code == 200, revoked.text
+    again = await ext_api.http.get("/v1/audit/events", headers=headers)
+    assert_problem(again, 403, "insufficient-scope")

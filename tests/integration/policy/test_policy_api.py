@@ -376,8 +376,8 @@ POLICY_ROUTES = [
     ("GET", "/v1/principals/{id}/permissions", "read:policy"),
     ("PUT", "/v1/roles/{id}/members/{id}", "manage:policy"),
     ("DELETE", "/v1/roles/{id}/members/{id}", "manage:policy"),
-    ("PUT", "/v1/principals/{id}/delegates/{id}", "manage:policy"),
-    ("DELETE", "/v1/principals/{id}/delegates/{id}", "manage:policy"),
+    ("PUT", "/v1/principals/{id}/delegates/{id}", "manage:delegates"),
+    ("DELETE", "/v1/principals/{id}/delegates/{id}", "manage:delegates"),
 ]
 """The policy API's routes; tests/integration/test_route_access.py leaves them to this file."""
 

@@ -127,3 +127,62 @@ async def test_a_grant_to_a_team_writes_one_row_per_space_not_per_member(api: Ap
             "/v1/memories", params={"space_id": parent}, headers=member.headers
         )
         assert [item["value"] for item in listed.json()["items"]] == ["in the deepest space"]
+
+
+async def test_two_admins_removing_each_other_at_once_leave_one_admin(api: Api) -> None:
+    """Review item 3: the admin check ran before the policy lock, so both removals passed it
+    and the tenant was left with no policy admin (5 of 5 rounds)."""
+    every_admin_scope = ["manage:policy", "read:audit", "manage:erasure", "run:jobs"]
+    transport = httpx.ASGITransport(app=api.http.app)
+    for round_ in range(5):
+        admins = []
+        for n in range(2):
+            principal = await api.new_principal(f"admin{round_}-{n}")
+            client = await api.new_client(
+                principal["id"], [*every_admin_scope, "manage:tenant"], kind="admin"
+            )
+            token = await api.access_token(client["client"]["client_id"], client["client_secret"])
+            added = await api.http.put(
+                f"/v1/roles/policy_admin/members/{principal['id']}", headers=api.admin.headers
+            )
+            assert added.status_code == 200, added.text
+            admins.append((principal["id"], {"Authorization": f"Bearer {token}"}))
+        (first, first_headers), (second, second_headers) = admins
+        # Only the two of them hold the role now (the owner leaves it for this round).
+        await api.http.delete(
+            f"/v1/roles/policy_admin/members/{api.admin.principal_id}", headers=first_headers
+        )
+        async with httpx.AsyncClient(transport=transport, base_url=PUBLIC_URL) as http:
+            answers = await asyncio.gather(
+                http.delete(f"/v1/roles/policy_admin/members/{second}", headers=first_headers),
+                http.delete(f"/v1/roles/policy_admin/members/{first}", headers=second_headers),
+            )
+        statuses = sorted(answer.status_code for answer in answers)
+        assert statuses == [200, 403], [answer.text for answer in answers]
+        refused = next(answer for answer in answers if answer.status_code == 403)
+        assert refused.json()["type"].endswith("/policy-admin-required")
+        async with api.runtime.sessionmaker.begin() as session:
+            holders = (
+                (
+                    await session.execute(
+                        text(
+                            "SELECT v0 FROM casbin_rule WHERE tenant_id = :t AND ptype = 'g' "
+                            "AND v1 = 'role:policy_admin'"
+                        ),
+                        {"t": uuid.UUID(api.tenant_id)},
+                    )
+                )
+                .scalars()
+                .all()
+            )
+        assert len(holders) == 1, holders
+        survivor = first_headers if holders == [f"user:{first}"] else second_headers
+        # The survivor gives the owner its role back for the next round.
+        back = await api.http.put(
+            f"/v1/roles/policy_admin/members/{api.admin.principal_id}", headers=survivor
+        )
+        assert back.status_code == 200, back.text
+        await api.http.delete(
+            f"/v1/roles/policy_admin/members/{first if survivor is first_headers else second}",
+            headers=api.admin.headers,
+        )

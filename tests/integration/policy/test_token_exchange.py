@@ -12,7 +12,7 @@ import httpx
 from sqlalchemy import text
 
 from service.auth.exchange import ACCESS_TOKEN_TYPE, TOKEN_EXCHANGE
-from tests.fixtures.api import Agent, Api
+from tests.fixtures.api import MEMORY_SCOPES, Agent, Api
 from tests.integration.memory.support import as_owner, assert_problem
 
 
@@ -36,7 +36,8 @@ async def _exchange(api: Api, agent: Agent, subject_token: str, **extra: str) ->
 
 
 async def _world(api: Api) -> dict[str, Any]:
-    user = await api.new_agent("ursula")  # a user principal with its own client
+    # A user principal with its own client, allowed to decide who acts for it.
+    user = await api.new_agent("ursula", scopes=(*MEMORY_SCOPES, "manage:delegates"))
     agent_principal = await api.new_principal("helper-bot", kind="agent")
     created = await api.new_client(agent_principal["id"], ["read:memory", "write:memory"])
     token = await api.access_token(created["client"]["client_id"], created["client_secret"])
@@ -180,3 +181,22 @@ async def test_only_the_user_or_a_policy_admin_decides_and_agents_only(api: Api)
     )
     assert_problem(missing, 404, "principal-not-found")
     assert str(uuid.UUID(bot["id"])) in missing.text
+
+
+async def test_changing_delegates_needs_the_manage_delegates_scope(api: Api) -> None:
+    """Review item 10: a `read:memory`-only token of the user changed who may act for it."""
+    world = await _world(api)
+    user, agent = world["user"], world["agent"]
+    narrow = await api.access_token(user.client_id, user.secret, "read:memory")
+    headers = {"Authorization": f"Bearer {narrow}"}
+    path = f"/v1/principals/{user.principal_id}/delegates/{agent.principal_id}"
+    refused = await api.http.put(path, headers=headers)
+    body = assert_problem(refused, 403, "insufficient-scope")
+    assert body["required_scope"] == "manage:delegates"
+    # Nothing changed: the agent still cannot act for the user.
+    still_refused = await _exchange(api, agent, user.token)
+    assert still_refused.status_code == 400, still_refused.text
+    assert (await api.http.put(path, headers=user.headers)).status_code == 204
+    assert (await _exchange(api, agent, user.token)).status_code == 200
+    assert_problem(await api.http.delete(path, headers=headers), 403, "insufficient-scope")
+    assert (await _exchange(api, agent, user.token)).status_code == 200
