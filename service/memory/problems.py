@@ -28,3 +28,8 @@ class KOutOfRange(Problem, slug="k-out-of-range", status=422, title="k out of ra
 
 class NoWritableSpace(Problem, slug="no-writable-space", status=403, title="No writable space"):
     """The caller has no space it may write to."""
+
+
+class DeleteNeedsWrite(Problem, slug="delete-needs-write", status=403, title="Delete needs write"):
+    """Deleting a version that has neighbours in its chain re-links them, which needs write on
+    the space as well as delete; the delete was refused and nothing changed."""

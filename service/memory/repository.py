@@ -375,10 +375,53 @@ async def key_of(session: AsyncSession, scope: Visible, memory_id: uuid.UUID) ->
     return KeyRef(tenant_id, space_id, subject, kind, key, tuple(sorted(read_requires)))
 
 
-async def delete(session: AsyncSession, scope: Visible, memory_id: uuid.UUID) -> bool:
+@dataclass(frozen=True)
+class ChainLinks:
+    """A version's neighbours in its key's chain."""
+
+    supersedes: uuid.UUID | None
+    superseded_by: uuid.UUID | None
+
+    @property
+    def neighbours(self) -> list[uuid.UUID]:
+        return [n for n in (self.supersedes, self.superseded_by) if n is not None]
+
+
+async def chain_links(
+    session: AsyncSession, scope: Visible, memory_id: uuid.UUID
+) -> ChainLinks | None:
+    """The neighbours of a version the caller may delete (None: no such version)."""
+    row = (
+        await session.execute(
+            scope.select(Memory.supersedes, Memory.superseded_by, include_superseded=True).where(
+                Memory.id == memory_id
+            )
+        )
+    ).one_or_none()
+    return ChainLinks(row.supersedes, row.superseded_by) if row else None
+
+
+async def relinkable(session: AsyncSession, relink: Visible, ids: list[uuid.UUID]) -> bool:
+    """Whether the caller may update every one of these versions (the write predicate, which
+    row-level security repeats): an update it may not make would be dropped silently."""
+    if not ids:
+        return True
+    found = await session.scalar(
+        relink.select(func.count(), include_superseded=True, include_expired=True).where(
+            Memory.id.in_(ids)
+        )
+    )
+    return int(found or 0) == len(ids)
+
+
+async def delete(
+    session: AsyncSession, scope: Visible, relink: Visible, memory_id: uuid.UUID
+) -> bool:
     """Delete one version and splice the chain around it: its predecessor now points at its
     successor (or at nothing, when the head is deleted: the key then has no live value, and the
-    old value does not come back)."""
+    old value does not come back). The neighbours are updated under `relink` (write), which the
+    caller has checked with `relinkable` under the key lock; a splice that still touches fewer
+    rows than it must fails loudly, so the call rolls back rather than leave a dangling link."""
     deleted = (
         await session.execute(
             scope.delete()
@@ -388,28 +431,34 @@ async def delete(session: AsyncSession, scope: Visible, memory_id: uuid.UUID) ->
     ).one_or_none()
     if deleted is None:
         return False
-    neighbours = scope.update(include_superseded=True, include_expired=True)
+    neighbours = relink.update(include_superseded=True, include_expired=True)
+    splices = []
     if deleted.supersedes is not None:
-        await session.execute(
+        splices.append(
             neighbours.where(Memory.id == deleted.supersedes).values(
                 superseded_by=deleted.superseded_by
             )
         )
     if deleted.superseded_by is not None:
-        await session.execute(
+        splices.append(
             neighbours.where(Memory.id == deleted.superseded_by).values(
                 supersedes=deleted.supersedes
             )
         )
+    for splice in splices:
+        if (await session.scalars(splice.returning(Memory.id))).one_or_none() is None:
+            raise RuntimeError("chain splice touched no row; refusing a dangling link")
     return True
 
 
 __all__ = [
     "GROUPABLE",
     "AnnTuning",
+    "ChainLinks",
     "KeyRef",
     "MemoryFilters",
     "Version",
+    "chain_links",
     "count",
     "delete",
     "get",
@@ -419,6 +468,7 @@ __all__ = [
     "lock_key",
     "newest_version",
     "relink_closed_head",
+    "relinkable",
     "search_approximate",
     "search_exact",
     "search_exact_within",

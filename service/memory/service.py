@@ -18,6 +18,7 @@ from service.db.models import Memory
 from service.embeddings import Embedder
 from service.memory import repository
 from service.memory.problems import (
+    DeleteNeedsWrite,
     KOutOfRange,
     MemoryNotFound,
     NoWritableSpace,
@@ -200,12 +201,29 @@ class MemoryService:
         return everything, "exact"
 
     async def delete(self, principal: Principal, memory_id: uuid.UUID) -> None:
+        """Delete one version. One with neighbours in its chain re-links them (the predecessor
+        points at the successor), which is an update: it needs write on the space as well as
+        delete, or the delete is refused and nothing changes. Never a dangling chain."""
         scope = visible(principal, Action.DELETE)
         ref = await repository.key_of(self._session, scope, memory_id)
-        if ref is not None:
-            # The same lock as writers: a delete never interleaves with a supersession.
-            await repository.lock_key(self._session, ref)
-        if ref is None or not await repository.delete(self._session, scope, memory_id):
+        if ref is None:
+            raise MemoryNotFound(not_found_detail(memory_id))
+        # The same lock as writers: a delete never interleaves with a supersession, so the
+        # neighbours read here are the ones the splice updates.
+        await repository.lock_key(self._session, ref)
+        links = await repository.chain_links(self._session, scope, memory_id)
+        if links is None:
+            raise MemoryNotFound(not_found_detail(memory_id))
+        relink = visible(principal, Action.WRITE)
+        if not await repository.relinkable(self._session, relink, links.neighbours):
+            raise DeleteNeedsWrite(
+                f"Memory {memory_id} has other versions under its key; deleting it re-links "
+                f"them, which needs write on space {ref.space_id} as well as delete. Nothing "
+                "was deleted. Ask an admin for write on that space, or for a principal who "
+                "holds both.",
+                space_id=str(ref.space_id),
+            )
+        if not await repository.delete(self._session, scope, relink, memory_id):
             raise MemoryNotFound(not_found_detail(memory_id))
 
     def _check_value(self, data: MemoryCreate) -> None:
