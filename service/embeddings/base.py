@@ -12,7 +12,9 @@ from service.problems import Problem
 class EmbeddingInvalid(
     Problem, slug="embedding-invalid", status=502, title="Embedding provider answered badly"
 ):
-    """The provider returned vectors of the wrong dimension, count, or with NaN/inf values."""
+    """The provider's answer is not one usable vector per input (wrong shape or JSON types,
+    count, dimension, NaN/inf, beyond float4, or a length cosine cannot compare, such as a zero
+    vector); nothing was written."""
 
 
 class EmbeddingFailed(

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import ColumnElement, ScalarSelect, Select, cast, func, literal, select
 from sqlalchemy.dialects.postgresql import ARRAY, UUID
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.db.models import Memory
@@ -210,6 +212,32 @@ def _visible_rows_up_to(scope: Visible, filters: MemoryFilters, limit: int) -> S
     return select(func.count()).select_from(capped).scalar_subquery()
 
 
+class ReadCancelled(Exception):
+    """A read ran past its `statement_timeout` and the database cancelled it (SQLSTATE 57014);
+    the transaction is aborted, so nothing it began is kept."""
+
+
+_QUERY_CANCELED = "57014"
+
+
+@asynccontextmanager
+async def read_budget(session: AsyncSession, timeout_ms: int) -> AsyncIterator[None]:
+    """Run the reads inside under a `statement_timeout` of `timeout_ms` (transaction-local),
+    then restore the previous one, so the audit append and commit that follow are not held to
+    a read's budget. A cancelled read raises `ReadCancelled` (the database's words stay out)."""
+    before = await _set_local(
+        session, {"statement_timeout": f"{timeout_ms}ms"}, answering="statement_timeout"
+    )
+    try:
+        yield
+    except DBAPIError as exc:
+        if getattr(exc.orig, "sqlstate", None) == _QUERY_CANCELED:
+            raise ReadCancelled from None
+        raise
+    # (A cancelled statement aborts the transaction, so there is nothing to restore then.)
+    await _set_local(session, {"statement_timeout": before}, answering="statement_timeout")
+
+
 @dataclass(frozen=True)
 class AnnTuning:
     ef_search: int
@@ -299,12 +327,14 @@ async def search_exact_within(
     k: int,
     min_score: float | None,
     size_limit: int,
-) -> list[tuple[Memory, float]] | None:
-    """`search_exact` if the caller sees at most `size_limit` rows, else None (nothing ranked:
-    the caller takes the approximate path). The same statement counts the visible rows first
-    (at most limit + 1, index-only on the narrow count index), so the choice costs no round
-    trip. Only an empty answer costs more: one small statement (and, with a score floor, a
-    count) to tell "nothing matches" from "too many to rank"."""
+    count_limit: int,
+) -> list[tuple[Memory, float]] | int:
+    """`search_exact` if the caller sees at most `size_limit` rows; else how many rows it sees,
+    counted up to `count_limit` + 1 (nothing ranked: the caller takes the approximate path, or
+    refuses a search that covers more than `count_limit`). The same statement counts the
+    visible rows first (at most `size_limit` + 1, index-only on the narrow count index), so the
+    choice costs no round trip. Only an empty answer costs more: one count to tell "nothing
+    matches" from "too many to rank"."""
     statement = _exact(
         scope, query_vector, filters, k=k, min_score=min_score, size_limit=size_limit
     )
@@ -312,14 +342,11 @@ async def search_exact_within(
     if hits:
         return hits
     # Nothing came back: nothing is visible, or a score floor cut everything, or the set was
-    # too large to rank. Tell them apart as cheaply as possible: without a floor, any visible
-    # row means "too large" (a small set would have answered it).
-    if not await session.scalar(select(_visible_rows_up_to(scope, filters, 1))):
-        return hits
-    if min_score is None:
-        return None
-    counted = await session.scalar(select(_visible_rows_up_to(scope, filters, size_limit + 1)))
-    return None if int(counted or 0) > size_limit else hits
+    # too large to rank. One count (stopping past `count_limit`) tells them apart and sizes a
+    # large set, whatever the walk would find.
+    limit = max(size_limit, count_limit) + 1
+    counted = int(await session.scalar(select(_visible_rows_up_to(scope, filters, limit))) or 0)
+    return hits if counted <= size_limit else counted
 
 
 def _exact(
@@ -457,6 +484,7 @@ __all__ = [
     "ChainLinks",
     "KeyRef",
     "MemoryFilters",
+    "ReadCancelled",
     "Version",
     "chain_links",
     "count",
@@ -467,6 +495,7 @@ __all__ = [
     "list_page",
     "lock_key",
     "newest_version",
+    "read_budget",
     "relink_closed_head",
     "relinkable",
     "search_approximate",
