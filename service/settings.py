@@ -214,6 +214,16 @@ class MemorySettings:
     ann_ef_search: `MEMGATE_SEARCH_ANN_EF`; the HNSW candidate list (`hnsw.ef_search`).
     ann_max_scan_tuples: `MEMGATE_SEARCH_ANN_MAX_SCAN`; how far the iterative scan may walk
         (`hnsw.max_scan_tuples`) before the search falls back to the exact path.
+    search_fallback_max_rows: `MEMGATE_SEARCH_FALLBACK_MAX_ROWS`; the most visible rows one
+        search may cover at all. Above the exact limit a walk that cannot answer (short of k,
+        or a `min_score` cutting into its k) is ranked exactly, at a cost linear in the
+        visible set; beyond this many rows the search is refused up front (422
+        `search-too-broad`: narrow by space, kind, subject or key), so that cost is bounded.
+        At least `exact_search_max_rows`.
+    read_statement_timeout_ms: `MEMGATE_READ_STATEMENT_TIMEOUT_MS`; `statement_timeout` of
+        every statement that reads memories (search, get, list, counts), set per transaction
+        and restored after; a read cancelled by it answers 422 (`search-too-broad`,
+        `read-too-broad`), never runs on unbounded.
     """
 
     max_value_chars: int = 16_384
@@ -223,6 +233,8 @@ class MemorySettings:
     exact_search_max_rows: int = 20_000
     ann_ef_search: int = 200
     ann_max_scan_tuples: int = 40_000
+    search_fallback_max_rows: int = 50_000
+    read_statement_timeout_ms: int = 3_000
 
     def __post_init__(self) -> None:
         # Refused at start: a bad value would otherwise fail every large search, per request.
@@ -232,6 +244,12 @@ class MemorySettings:
             raise ValueError("MEMGATE_SEARCH_ANN_EF must be between 1 and 1000")
         if self.ann_max_scan_tuples < 1:
             raise ValueError("MEMGATE_SEARCH_ANN_MAX_SCAN must be at least 1")
+        if self.search_fallback_max_rows < self.exact_search_max_rows:
+            raise ValueError(
+                "MEMGATE_SEARCH_FALLBACK_MAX_ROWS may not be below MEMGATE_SEARCH_EXACT_MAX_ROWS"
+            )
+        if self.read_statement_timeout_ms < 1:  # 0 would mean no timeout at all
+            raise ValueError("MEMGATE_READ_STATEMENT_TIMEOUT_MS must be at least 1")
 
     @classmethod
     def from_env(cls) -> MemorySettings:
@@ -243,6 +261,8 @@ class MemorySettings:
             exact_search_max_rows=_env_int("MEMGATE_SEARCH_EXACT_MAX_ROWS", 20_000),
             ann_ef_search=_env_int("MEMGATE_SEARCH_ANN_EF", 200),
             ann_max_scan_tuples=_env_int("MEMGATE_SEARCH_ANN_MAX_SCAN", 40_000),
+            search_fallback_max_rows=_env_int("MEMGATE_SEARCH_FALLBACK_MAX_ROWS", 50_000),
+            read_statement_timeout_ms=_env_int("MEMGATE_READ_STATEMENT_TIMEOUT_MS", 3_000),
         )
 
 

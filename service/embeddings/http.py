@@ -74,13 +74,30 @@ class HttpEmbedder:
                 await asyncio.sleep(0.2 * 2**attempt)
         raise EmbeddingFailed("The embedding provider is unreachable or keeps failing.")
 
-    def _vectors(self, body: Any) -> list[list[float]]:
-        try:
-            if self._flavor == "ollama":
-                return list(body["embeddings"])
-            data = sorted(body["data"], key=lambda item: item["index"])
-            return [item["embedding"] for item in data]
-        except (KeyError, TypeError):
-            raise EmbeddingInvalid(
-                "The embedding provider's answer has an unexpected shape."
-            ) from None
+    def _vectors(self, body: Any) -> object:
+        """The vectors of the answer in input order; `check_vectors` then checks each one. Any
+        other shape (wrong JSON types, indexes that are not exactly 0..n-1) is the provider's
+        fault, never a 500."""
+        if not isinstance(body, dict):
+            raise _bad_shape()
+        if self._flavor == "ollama":
+            return body.get("embeddings")
+        data = body.get("data")
+        if not isinstance(data, list) or not all(
+            isinstance(item, dict)
+            and isinstance(item.get("index"), int)
+            and not isinstance(item.get("index"), bool)
+            and "embedding" in item
+            for item in data
+        ):
+            raise _bad_shape()
+        by_index = {item["index"]: item["embedding"] for item in data}
+        if sorted(by_index) != list(range(len(data))):
+            raise _bad_shape()
+        return [by_index[i] for i in range(len(data))]
+
+
+def _bad_shape() -> EmbeddingInvalid:
+    return EmbeddingInvalid(
+        "The embedding provider's answer has an unexpected shape. Nothing was written."
+    )

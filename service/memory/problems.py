@@ -28,3 +28,19 @@ class KOutOfRange(Problem, slug="k-out-of-range", status=422, title="k out of ra
 
 class NoWritableSpace(Problem, slug="no-writable-space", status=403, title="No writable space"):
     """The caller has no space it may write to."""
+
+
+class DeleteNeedsWrite(Problem, slug="delete-needs-write", status=403, title="Delete needs write"):
+    """Deleting a version that has neighbours in its chain re-links them, which needs write on
+    the space as well as delete; the delete was refused and nothing changed."""
+
+
+class ReadTooBroad(Problem, slug="read-too-broad", status=422, title="Read too broad"):
+    """A read of memories ran past its time budget (`MEMGATE_READ_STATEMENT_TIMEOUT_MS`) and was
+    cancelled; nothing changed. Narrow it (space, kind, subject, key) and ask again."""
+
+
+class SearchTooBroad(Problem, slug="search-too-broad", status=422, title="Search too broad"):
+    """The search covers more visible memories than one search may rank, or ran past its time
+    budget; nothing changed. Narrow it with filters (space_id, kind, subject, key), lower `k`,
+    or drop a `min_score` near 1."""

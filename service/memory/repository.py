@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import ColumnElement, ScalarSelect, Select, cast, func, literal, select
 from sqlalchemy.dialects.postgresql import ARRAY, UUID
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.db.models import Memory
@@ -210,6 +212,32 @@ def _visible_rows_up_to(scope: Visible, filters: MemoryFilters, limit: int) -> S
     return select(func.count()).select_from(capped).scalar_subquery()
 
 
+class ReadCancelled(Exception):
+    """A read ran past its `statement_timeout` and the database cancelled it (SQLSTATE 57014);
+    the transaction is aborted, so nothing it began is kept."""
+
+
+_QUERY_CANCELED = "57014"
+
+
+@asynccontextmanager
+async def read_budget(session: AsyncSession, timeout_ms: int) -> AsyncIterator[None]:
+    """Run the reads inside under a `statement_timeout` of `timeout_ms` (transaction-local),
+    then restore the previous one, so the audit append and commit that follow are not held to
+    a read's budget. A cancelled read raises `ReadCancelled` (the database's words stay out)."""
+    before = await _set_local(
+        session, {"statement_timeout": f"{timeout_ms}ms"}, answering="statement_timeout"
+    )
+    try:
+        yield
+    except DBAPIError as exc:
+        if getattr(exc.orig, "sqlstate", None) == _QUERY_CANCELED:
+            raise ReadCancelled from None
+        raise
+    # (A cancelled statement aborts the transaction, so there is nothing to restore then.)
+    await _set_local(session, {"statement_timeout": before}, answering="statement_timeout")
+
+
 @dataclass(frozen=True)
 class AnnTuning:
     ef_search: int
@@ -299,12 +327,14 @@ async def search_exact_within(
     k: int,
     min_score: float | None,
     size_limit: int,
-) -> list[tuple[Memory, float]] | None:
-    """`search_exact` if the caller sees at most `size_limit` rows, else None (nothing ranked:
-    the caller takes the approximate path). The same statement counts the visible rows first
-    (at most limit + 1, index-only on the narrow count index), so the choice costs no round
-    trip. Only an empty answer costs more: one small statement (and, with a score floor, a
-    count) to tell "nothing matches" from "too many to rank"."""
+    count_limit: int,
+) -> list[tuple[Memory, float]] | int:
+    """`search_exact` if the caller sees at most `size_limit` rows; else how many rows it sees,
+    counted up to `count_limit` + 1 (nothing ranked: the caller takes the approximate path, or
+    refuses a search that covers more than `count_limit`). The same statement counts the
+    visible rows first (at most `size_limit` + 1, index-only on the narrow count index), so the
+    choice costs no round trip. Only an empty answer costs more: one count to tell "nothing
+    matches" from "too many to rank"."""
     statement = _exact(
         scope, query_vector, filters, k=k, min_score=min_score, size_limit=size_limit
     )
@@ -312,14 +342,11 @@ async def search_exact_within(
     if hits:
         return hits
     # Nothing came back: nothing is visible, or a score floor cut everything, or the set was
-    # too large to rank. Tell them apart as cheaply as possible: without a floor, any visible
-    # row means "too large" (a small set would have answered it).
-    if not await session.scalar(select(_visible_rows_up_to(scope, filters, 1))):
-        return hits
-    if min_score is None:
-        return None
-    counted = await session.scalar(select(_visible_rows_up_to(scope, filters, size_limit + 1)))
-    return None if int(counted or 0) > size_limit else hits
+    # too large to rank. One count (stopping past `count_limit`) tells them apart and sizes a
+    # large set, whatever the walk would find.
+    limit = max(size_limit, count_limit) + 1
+    counted = int(await session.scalar(select(_visible_rows_up_to(scope, filters, limit))) or 0)
+    return hits if counted <= size_limit else counted
 
 
 def _exact(
@@ -375,10 +402,53 @@ async def key_of(session: AsyncSession, scope: Visible, memory_id: uuid.UUID) ->
     return KeyRef(tenant_id, space_id, subject, kind, key, tuple(sorted(read_requires)))
 
 
-async def delete(session: AsyncSession, scope: Visible, memory_id: uuid.UUID) -> bool:
+@dataclass(frozen=True)
+class ChainLinks:
+    """A version's neighbours in its key's chain."""
+
+    supersedes: uuid.UUID | None
+    superseded_by: uuid.UUID | None
+
+    @property
+    def neighbours(self) -> list[uuid.UUID]:
+        return [n for n in (self.supersedes, self.superseded_by) if n is not None]
+
+
+async def chain_links(
+    session: AsyncSession, scope: Visible, memory_id: uuid.UUID
+) -> ChainLinks | None:
+    """The neighbours of a version the caller may delete (None: no such version)."""
+    row = (
+        await session.execute(
+            scope.select(Memory.supersedes, Memory.superseded_by, include_superseded=True).where(
+                Memory.id == memory_id
+            )
+        )
+    ).one_or_none()
+    return ChainLinks(row.supersedes, row.superseded_by) if row else None
+
+
+async def relinkable(session: AsyncSession, relink: Visible, ids: list[uuid.UUID]) -> bool:
+    """Whether the caller may update every one of these versions (the write predicate, which
+    row-level security repeats): an update it may not make would be dropped silently."""
+    if not ids:
+        return True
+    found = await session.scalar(
+        relink.select(func.count(), include_superseded=True, include_expired=True).where(
+            Memory.id.in_(ids)
+        )
+    )
+    return int(found or 0) == len(ids)
+
+
+async def delete(
+    session: AsyncSession, scope: Visible, relink: Visible, memory_id: uuid.UUID
+) -> bool:
     """Delete one version and splice the chain around it: its predecessor now points at its
     successor (or at nothing, when the head is deleted: the key then has no live value, and the
-    old value does not come back)."""
+    old value does not come back). The neighbours are updated under `relink` (write), which the
+    caller has checked with `relinkable` under the key lock; a splice that still touches fewer
+    rows than it must fails loudly, so the call rolls back rather than leave a dangling link."""
     deleted = (
         await session.execute(
             scope.delete()
@@ -388,28 +458,35 @@ async def delete(session: AsyncSession, scope: Visible, memory_id: uuid.UUID) ->
     ).one_or_none()
     if deleted is None:
         return False
-    neighbours = scope.update(include_superseded=True, include_expired=True)
+    neighbours = relink.update(include_superseded=True, include_expired=True)
+    splices = []
     if deleted.supersedes is not None:
-        await session.execute(
+        splices.append(
             neighbours.where(Memory.id == deleted.supersedes).values(
                 superseded_by=deleted.superseded_by
             )
         )
     if deleted.superseded_by is not None:
-        await session.execute(
+        splices.append(
             neighbours.where(Memory.id == deleted.superseded_by).values(
                 supersedes=deleted.supersedes
             )
         )
+    for splice in splices:
+        if (await session.scalars(splice.returning(Memory.id))).one_or_none() is None:
+            raise RuntimeError("chain splice touched no row; refusing a dangling link")
     return True
 
 
 __all__ = [
     "GROUPABLE",
     "AnnTuning",
+    "ChainLinks",
     "KeyRef",
     "MemoryFilters",
+    "ReadCancelled",
     "Version",
+    "chain_links",
     "count",
     "delete",
     "get",
@@ -418,7 +495,9 @@ __all__ = [
     "list_page",
     "lock_key",
     "newest_version",
+    "read_budget",
     "relink_closed_head",
+    "relinkable",
     "search_approximate",
     "search_exact",
     "search_exact_within",

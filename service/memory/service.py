@@ -7,6 +7,8 @@ import hashlib
 import json
 import unicodedata
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
@@ -18,9 +20,12 @@ from service.db.models import Memory
 from service.embeddings import Embedder
 from service.memory import repository
 from service.memory.problems import (
+    DeleteNeedsWrite,
     KOutOfRange,
     MemoryNotFound,
     NoWritableSpace,
+    ReadTooBroad,
+    SearchTooBroad,
     SpaceNotFound,
     SpaceReadOnly,
     ValueTooLong,
@@ -96,7 +101,8 @@ class MemoryService:
 
     async def get(self, principal: Principal, memory_id: uuid.UUID) -> MemoryOut:
         scope = visible(principal, Action.READ)
-        row = await repository.get(self._session, scope, memory_id)
+        async with self._read_budget():
+            row = await repository.get(self._session, scope, memory_id)
         if row is None:
             raise MemoryNotFound(not_found_detail(memory_id))
         return to_out(row)
@@ -108,9 +114,10 @@ class MemoryService:
         after = decode_cursor(cursor) if cursor else None
         await self._check_space_filter(principal, filters.space_id)
         scope = visible(principal, Action.READ)
-        rows = await repository.list_page(
-            self._session, scope, filters, after=after, limit=page_size + 1
-        )
+        async with self._read_budget():
+            rows = await repository.list_page(
+                self._session, scope, filters, after=after, limit=page_size + 1
+            )
         items = [to_out(row) for row in rows[:page_size]]
         next_cursor = encode_cursor(rows[page_size - 1].id) if len(rows) > page_size else None
         return MemoryPage(items=items, next_cursor=next_cursor)
@@ -120,13 +127,14 @@ class MemoryService:
     ) -> MemoryCounts:
         await self._check_space_filter(principal, filters.space_id)
         max_groups = self._limits.max_page_size
-        total, groups = await repository.count(
-            self._session,
-            visible(principal, Action.READ),
-            filters,
-            group_by=group_by,
-            max_groups=max_groups + 1,
-        )
+        async with self._read_budget():
+            total, groups = await repository.count(
+                self._session,
+                visible(principal, Action.READ),
+                filters,
+                group_by=group_by,
+                max_groups=max_groups + 1,
+            )
         return MemoryCounts(
             total=total,
             group_by=group_by,
@@ -156,7 +164,8 @@ class MemoryService:
         scope = visible(principal, Action.READ)
         [vector] = await self._embedder.embed([request.query])
         with span("memory.rank", {"memgate.search.k": k}) as rank:
-            hits, strategy = await self.rank(scope, vector, filters, k, request.min_score)
+            async with self._read_budget(SearchTooBroad):
+                hits, strategy = await self.rank(scope, vector, filters, k, request.min_score)
             rank.set_attribute("memgate.search.hits", len(hits))
             # Operators see the path; callers do not: whether the walk came back short depends
             # on rows they may not see (other tenants' too), so the answer must not tell.
@@ -181,12 +190,30 @@ class MemoryService:
         Otherwise the exact path answers after all: the walk's budget went on rows the caller
         may not see, or a floor cut into its k, and only an exact ranking knows whether k rows
         above the floor exist (promise 3: never under-filled)."""
-        limit = self._limits.exact_search_max_rows
+        limit, cap = self._limits.exact_search_max_rows, self._limits.search_fallback_max_rows
         exact = await repository.search_exact_within(
-            self._session, scope, vector, filters, k=k, min_score=min_score, size_limit=limit
+            self._session,
+            scope,
+            vector,
+            filters,
+            k=k,
+            min_score=min_score,
+            size_limit=limit,
+            count_limit=cap,
         )
-        if exact is not None:
+        if isinstance(exact, list):
             return exact, "exact"
+        if exact > cap:
+            # Refused before the walk, by the caller's own visible count only: whether a walk
+            # can answer depends on rows the caller may not see, so refusing only when it
+            # could not would tell. Above the cap the exact fallback (linear in the visible
+            # set, and forced by any `min_score` near 1) is never run.
+            raise SearchTooBroad(
+                f"This search covers more than {cap} memories visible to you, more than one "
+                "search may rank. Narrow it: filters.space_id, filters.kind, filters.subject "
+                "or filters.key. Nothing was changed.",
+                max_visible_rows=cap,
+            )
         tuning = AnnTuning(self._limits.ann_ef_search, self._limits.ann_max_scan_tuples)
         nearest = await repository.search_approximate(
             self._session, scope, vector, filters, k=k, tuning=tuning
@@ -200,13 +227,49 @@ class MemoryService:
         return everything, "exact"
 
     async def delete(self, principal: Principal, memory_id: uuid.UUID) -> None:
+        """Delete one version. One with neighbours in its chain re-links them (the predecessor
+        points at the successor), which is an update: it needs write on the space as well as
+        delete, or the delete is refused and nothing changes. Never a dangling chain."""
         scope = visible(principal, Action.DELETE)
         ref = await repository.key_of(self._session, scope, memory_id)
-        if ref is not None:
-            # The same lock as writers: a delete never interleaves with a supersession.
-            await repository.lock_key(self._session, ref)
-        if ref is None or not await repository.delete(self._session, scope, memory_id):
+        if ref is None:
             raise MemoryNotFound(not_found_detail(memory_id))
+        # The same lock as writers: a delete never interleaves with a supersession, so the
+        # neighbours read here are the ones the splice updates.
+        await repository.lock_key(self._session, ref)
+        links = await repository.chain_links(self._session, scope, memory_id)
+        if links is None:
+            raise MemoryNotFound(not_found_detail(memory_id))
+        relink = visible(principal, Action.WRITE)
+        if not await repository.relinkable(self._session, relink, links.neighbours):
+            raise DeleteNeedsWrite(
+                f"Memory {memory_id} has other versions under its key; deleting it re-links "
+                f"them, which needs write on space {ref.space_id} as well as delete. Nothing "
+                "was deleted. Ask an admin for write on that space, or for a principal who "
+                "holds both.",
+                space_id=str(ref.space_id),
+            )
+        if not await repository.delete(self._session, scope, relink, memory_id):
+            raise MemoryNotFound(not_found_detail(memory_id))
+
+    @asynccontextmanager
+    async def _read_budget(
+        self, problem: type[SearchTooBroad | ReadTooBroad] = ReadTooBroad
+    ) -> AsyncIterator[None]:
+        """Every read of memories runs under the read statement timeout; one that runs past it
+        answers `problem`, saying what to change, and the aborted transaction keeps nothing."""
+        budget = self._limits.read_statement_timeout_ms
+        try:
+            async with repository.read_budget(self._session, budget):
+                yield
+        except repository.ReadCancelled:
+            raise problem(
+                f"This read took longer than its {budget} ms budget and was stopped. Narrow "
+                "it: filters.space_id (or space_id), kind, subject or key"
+                + (", a smaller 'k', or no 'min_score' near 1" if problem is SearchTooBroad else "")
+                + ". Nothing was changed.",
+                timeout_ms=budget,
+            ) from None
 
     def _check_value(self, data: MemoryCreate) -> None:
         if len(data.value) > self._limits.max_value_chars:

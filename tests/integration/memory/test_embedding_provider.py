@@ -31,9 +31,13 @@ class FakeProvider:
 
     vector: Vectorizer
     calls: int = 0
+    raw: Callable[[], object] | None = None
+    """When set, the whole JSON body to answer, whatever was asked."""
 
     def handle(self, request: httpx.Request) -> httpx.Response:
         self.calls += 1
+        if self.raw is not None:
+            return httpx.Response(200, content=json.dumps(self.raw()).encode())
         texts = json.loads(request.content)["input"]
         data = [
             {"object": "embedding", "index": i, "embedding": self.vector(i)}
@@ -125,3 +129,80 @@ async def test_bad_vectors_are_502_and_write_nothing(
 
     search = await provider_api.search(alice, "deploy window")
     assert_problem(search, 502, "embedding-invalid")
+
+
+def _one(embedding: object) -> dict[str, object]:
+    return {"data": [{"object": "embedding", "index": 0, "embedding": embedding}]}
+
+
+_UNIT = [1.0] + [0.0] * 255
+
+# Answers an untrusted provider may give that are not one usable vector per input: wrong JSON
+# types at every level, a vector cosine cannot compare (zero length, or one whose length
+# overflows or vanishes in the single precision pgvector computes in), and values beyond what
+# a `vector` column can hold (float4).
+MALFORMED: dict[str, object] = {
+    "vector-is-object": _one({"x": 1.0}),
+    "vector-is-string": _one("0.1" * 256),
+    "vector-is-null": _one(None),
+    "vector-is-scalar": _one(0.5),
+    "elements-are-strings": _one(["0.1"] * 256),
+    "elements-are-null": _one([None] * 256),
+    "elements-are-booleans": _one([True] * 256),
+    "elements-are-lists": _one([[0.1]] * 256),
+    "element-is-object": _one([{"v": 1}] + [0.1] * 255),
+    "zero-vector": _one([0.0] * 256),
+    "float4-overflow": _one([1e39] + [0.1] * 255),
+    "norm-overflows-float4": _one([1e20] * 256),
+    "norm-vanishes-in-float4": _one([1e-30] * 256),
+    "data-is-object": {"data": {"0": _UNIT}},
+    "data-is-null": {"data": None},
+    "item-is-list": {"data": [_UNIT]},
+    "index-is-string": {"data": [{"index": "0", "embedding": _UNIT}]},
+    "index-is-boolean": {"data": [{"index": False, "embedding": _UNIT}]},
+    "index-out-of-range": {"data": [{"index": 3, "embedding": _UNIT}]},
+    "body-is-list": [_UNIT],
+    "body-is-null": None,
+}
+
+
+@pytest.mark.parametrize("name", sorted(MALFORMED))
+async def test_malformed_provider_answers_are_502_and_change_nothing(
+    provider_api: Api, provider: FakeProvider, name: str
+) -> None:
+    """Every malformed answer is the provider's fault (502 `embedding-invalid`, never a 500 or
+    a 422 blamed on the caller), for writes and searches alike, and nothing is written."""
+    alice = await provider_api.new_agent("alice")
+    kept = await provider_api.remember(alice, key="kept", value="written while the provider worked")
+    before = await count_memories(provider_api.runtime)
+    provider.raw = lambda: MALFORMED[name]
+
+    for key in ("fresh.key", "kept"):  # a new key, and a new version of a live one
+        response = await provider_api.http.post(
+            "/v1/memories",
+            json={"subject": "service:billing", "kind": "fact", "key": key, "value": "y"},
+            headers=alice.headers,
+        )
+        problem = assert_problem(response, 502, "embedding-invalid")
+        assert "Nothing was written" in problem["detail"] or "nothing" in problem["detail"]
+    assert await count_memories(provider_api.runtime) == before
+    still = await provider_api.http.get(f"/v1/memories/{kept['id']}", headers=alice.headers)
+    assert still.json()["status"] == "live"
+    assert still.json()["superseded_by"] is None
+
+    search = await provider_api.search(alice, "written")
+    assert_problem(search, 502, "embedding-invalid")
+
+
+async def test_scores_are_numbers_for_the_vectors_that_are_accepted(
+    provider_api: Api, provider: FakeProvider
+) -> None:
+    """Large and small but usable lengths are accepted, and every score is a finite number."""
+    alice = await provider_api.new_agent("alice")
+    for i, scale in enumerate((1e-12, 1.0, 1e12)):
+        provider.vector = lambda _, s=scale: [s] + [s / 2] * 255  # type: ignore[misc]
+        await provider_api.remember(alice, key=f"k{i}", value=f"value {i}")
+    provider.vector = _good
+    hits = (await provider_api.search(alice, "value")).json()["hits"]
+    assert len(hits) == 3
+    assert all(isinstance(hit["score"], float) and math.isfinite(hit["score"]) for hit in hits)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 from datetime import datetime, timedelta
+from typing import Any
 
-from tests.fixtures.api import Api
+from tests.fixtures.api import Agent, Api
 from tests.integration.memory.support import (
     assert_problem,
     count_memories,
@@ -141,3 +142,85 @@ async def test_deleting_another_principals_memory_is_404_and_keeps_it(api: Api) 
     assert await count_memories(api.runtime) == 1
     found = await api.search(bob, "deploy window", k=5)
     assert [hit["memory"]["id"] for hit in found.json()["hits"]] == [bobs["id"]]
+
+
+async def _shared_space(api: Api, grants: dict[str, tuple[str, ...]]) -> str:
+    """A tenant space with these grants per principal id (`read`, `write`, `delete`)."""
+    created = await api.http.post("/v1/spaces", json={"name": "ops"}, headers=api.admin.headers)
+    assert created.status_code == 201, created.text
+    space_id: str = created.json()["space"]["id"]
+    for principal_id, actions in grants.items():
+        for action in actions:
+            granted = await api.http.put(
+                f"/v1/spaces/{space_id}/grants/{action}/user:{principal_id}",
+                headers=api.admin.headers,
+            )
+            assert granted.status_code == 200, granted.text
+    return space_id
+
+
+async def _three_versions(api: Api, writer: Agent, space_id: str) -> list[dict[str, Any]]:
+    return [
+        await api.remember(writer, space_id=space_id, key="deploy.window", value=day)
+        for day in ("monday", "tuesday", "friday")
+    ]
+
+
+async def _links(api: Api, space_id: str) -> list[tuple[Any, Any, Any]]:
+    rows = await memory_rows(api.runtime, "space_id = :s", s=space_id)
+    return [(row["id"], row["supersedes"], row["superseded_by"]) for row in rows]
+
+
+async def test_delete_without_write_refuses_to_leave_a_dangling_chain(api: Api) -> None:
+    """Deleting a version re-links its neighbours (row-level security lets only writers update
+    them). A principal with read + delete but no write on the space gets 403
+    `delete-needs-write` for a version with neighbours and nothing changes: before, the delete
+    answered 204 while RLS silently dropped the splice, leaving both neighbours pointing at the
+    deleted id."""
+    alice = await api.new_agent("alice")
+    janitor = await api.new_agent("janitor")
+    space_id = await _shared_space(
+        api, {alice.principal_id: ("read", "write"), janitor.principal_id: ("read", "delete")}
+    )
+    first, middle, head = await _three_versions(api, alice, space_id)
+    before = await _links(api, space_id)
+
+    for doomed in (middle, head, first):  # every version here has at least one neighbour
+        response = await api.http.delete(f"/v1/memories/{doomed['id']}", headers=janitor.headers)
+        problem = assert_problem(response, 403, "delete-needs-write")
+        assert space_id in problem["detail"]
+        assert "write" in problem["detail"]
+        assert await _links(api, space_id) == before
+    walked = await api.http.get(f"/v1/memories/{first['id']}", headers=janitor.headers)
+    assert walked.json()["superseded_by"] == middle["id"]
+
+    # A version without neighbours needs no re-linking: read + delete is enough.
+    lone = await api.remember(alice, space_id=space_id, key="oncall", value="alice")
+    response = await api.http.delete(f"/v1/memories/{lone['id']}", headers=janitor.headers)
+    assert response.status_code == 204
+    assert await memory_rows(api.runtime, "id = :id", id=lone["id"]) == []
+    assert await _links(api, space_id) == before
+
+
+async def test_delete_with_write_splices_the_chain(api: Api) -> None:
+    """With write as well, the middle version goes and its neighbours point at each other."""
+    alice = await api.new_agent("alice")
+    janitor = await api.new_agent("janitor")
+    space_id = await _shared_space(
+        api,
+        {
+            alice.principal_id: ("read", "write"),
+            janitor.principal_id: ("read", "write", "delete"),
+        },
+    )
+    first, middle, head = await _three_versions(api, alice, space_id)
+    response = await api.http.delete(f"/v1/memories/{middle['id']}", headers=janitor.headers)
+    assert response.status_code == 204
+    ids = {str(row_id) for row_id, _, _ in await _links(api, space_id)}
+    assert ids == {first["id"], head["id"]}
+    links = {
+        str(a): (str(b) if b else None, str(c) if c else None)
+        for a, b, c in await _links(api, space_id)
+    }
+    assert links[first["id"]] == (None, head["id"])
+    assert links[head["id"]] == (first["id"], None)
