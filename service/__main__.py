@@ -273,6 +273,9 @@ def main(argv: list[str] | None = None) -> int:
     verify.add_argument("export", help="NDJSON file from GET /v1/audit/export")
     verify.add_argument("--checkpoint", help="JSON from GET /v1/audit/checkpoints/latest")
     verify.add_argument("--keys", help="JWKS from GET /v1/audit/keys")
+    verify.add_argument(
+        "--head", help="SEQ:HASH of a head you hold (an Audit-Receipt); finds a cut tail"
+    )
     audit_commands.add_parser(
         "checkpoint", help="sign a checkpoint for every tenant whose audit chain grew"
     )
@@ -292,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "audit" and args.audit_command == "verify":
         from service.audit.independent import run
 
-        return run(args.export, args.checkpoint, args.keys)
+        return run(args.export, args.checkpoint, args.keys, args.head)
     if args.command == "audit":
         return cmd_audit_checkpoint(settings)
     if args.command == "token":

@@ -151,11 +151,17 @@ def row_hash(event: dict[str, Any]) -> str:
     return hashlib.sha256(bytes.fromhex(event["prev_hash"]) + canonical(event)).hexdigest()
 
 
-def verify_events(events: Iterable[object], checkpoint: dict[str, Any] | None = None) -> Verdict:
+def verify_events(
+    events: Iterable[object],
+    checkpoint: dict[str, Any] | None = None,
+    known: tuple[int, str] | None = None,
+) -> Verdict:
     """Walk the export in order from seq 1 (genesis): an export that starts later cannot show
     that nothing before it was removed. A checkpoint beyond the export's last row means rows
     are missing (a truncated tail, or an incomplete export). A line that is not a row with a
-    number at all is `malformed_row` at the number it should have had."""
+    number at all is `malformed_row` at the number it should have had. `known` is a (seq, hex
+    hash) held from elsewhere (an `Audit-Receipt`): the export must hold that very row, or it
+    is `missing_row` (beyond the last row) or `known_head_mismatch`."""
     checked = 0
     previous: dict[str, Any] | None = None
     hashes: dict[int, str] = {}
@@ -189,6 +195,22 @@ def verify_events(events: Iterable[object], checkpoint: dict[str, Any] | None = 
                 _seq(previous),
                 _hash(previous),
                 False,
+            )
+    if known is not None:
+        held = hashes.get(known[0])
+        last = _seq(previous) or 0
+        if held is None:
+            seq = last + 1 if last < known[0] else known[0]
+            return Verdict(False, checked, seq, "missing_row", _seq(previous), None, confirmed)
+        if held != known[1]:
+            return Verdict(
+                False,
+                checked,
+                known[0],
+                "known_head_mismatch",
+                _seq(previous),
+                _hash(previous),
+                confirmed,
             )
     return Verdict(True, checked, None, None, _seq(previous), _hash(previous), confirmed)
 
@@ -238,8 +260,22 @@ def checkpoint_claims(checkpoint_jws: str, jwks: dict[str, Any]) -> dict[str, An
     return claims
 
 
-def run(export_path: str, checkpoint_path: str | None, keys_path: str | None) -> int:
+def parse_head(text: str) -> tuple[int, str] | None:
+    """`SEQ:HASH` (the two fields of an `Audit-Receipt`), else None."""
+    seq, _, digest = text.strip().partition(":")
+    if not seq.isdigit() or not _HEX_HASH.fullmatch(digest):
+        return None
+    return int(seq), digest
+
+
+def run(
+    export_path: str, checkpoint_path: str | None, keys_path: str | None, head: str | None = None
+) -> int:
     """The command: prints a JSON verdict; exit status 0 when everything verified."""
+    known = parse_head(head) if head is not None else None
+    if head is not None and known is None:
+        print(json.dumps({"ok": False, "reason": "--head must be SEQ:HASH (64 lowercase hex)"}))
+        return 2
     with open(export_path, encoding="utf-8", errors="replace") as handle:
         events = [_parsed(line) for line in handle if line.strip()]
     checkpoint: dict[str, Any] | None = None
@@ -256,7 +292,7 @@ def run(export_path: str, checkpoint_path: str | None, keys_path: str | None) ->
             print(json.dumps({"ok": False, "reason": "checkpoint_signature_invalid"}))
             return 1
         checkpoint = {"seq": claims["seq"], "hash": claims["hash"]}
-    verdict = verify_events(events, checkpoint)
+    verdict = verify_events(events, checkpoint, known)
     print(json.dumps(verdict.as_dict()))
     return 0 if verdict.ok else 1
 

@@ -74,7 +74,7 @@ class VerifyOut(msgspec.Struct, kw_only=True):
     first_bad_seq: int | None
     reason: str | None
     """missing_row | duplicate_seq | row_hash_mismatch | chain_broken | checkpoint_mismatch |
-    head_mismatch"""
+    head_mismatch | known_head_mismatch"""
     head_seq: int
     head_hash: str | None
     checkpoint: CheckpointVerdict | None

@@ -162,8 +162,20 @@ class AuditService:
         body = b"".join(msgspec.json.encode(to_out(row)) + b"\n" for row in rows[:size])
         return body, (rows[size].seq if len(rows) > size else None)
 
-    async def verify(self, from_seq: int, to_seq: int | None) -> VerifyOut:
-        report = await verify_range(self.session, self.tenant_id, from_seq, to_seq)
+    async def verify(
+        self,
+        from_seq: int,
+        to_seq: int | None,
+        known_seq: int | None = None,
+        known_hash: str | None = None,
+    ) -> VerifyOut:
+        if (known_seq is None) != (known_hash is None):
+            raise AuditFilterInvalid(
+                "'known_seq' and 'known_hash' go together: pass both (the 'seq' and 'hash' of "
+                "an Audit-Receipt or a checkpoint you hold) or neither."
+            )
+        known = (known_seq, bytes.fromhex(known_hash)) if known_seq and known_hash else None
+        report = await verify_range(self.session, self.tenant_id, from_seq, to_seq, known)
         verdict = report.checkpoint
         return VerifyOut(
             ok=report.ok,

@@ -128,8 +128,14 @@ async def _row_hash(session: AsyncSession, tenant_id: uuid.UUID, seq: int) -> by
 
 
 async def verify_range(
-    session: AsyncSession, tenant_id: uuid.UUID, from_seq: int, to_seq: int | None
+    session: AsyncSession,
+    tenant_id: uuid.UUID,
+    from_seq: int,
+    to_seq: int | None,
+    known: tuple[int, bytes] | None = None,
 ) -> VerifyReport:
+    """`known`: a (seq, hash) the caller holds from outside the database (a receipt or a
+    checkpoint); the chain must still have that row with that hash, whatever the range."""
     head_seq, head_hash = await head(session, tenant_id)
     last = min(to_seq if to_seq is not None else head_seq, from_seq + MAX_VERIFY_ROWS - 1)
     anchor = GENESIS if from_seq == 1 else await _row_hash(session, tenant_id, from_seq - 1)
@@ -153,6 +159,8 @@ async def verify_range(
         and not (checkpoint.signature_valid and checkpoint.matches_chain)
     ):
         first_bad, reason = checkpoint.seq, "checkpoint_mismatch"
+    if first_bad is None and known is not None:
+        first_bad, reason = await _check_known(session, tenant_id, *known)
     return VerifyReport(
         from_seq=from_seq,
         to_seq=last,
@@ -182,6 +190,22 @@ async def _check_end(
         return last + 1, "missing_row"
     if head_seq and head_hash != await _row_hash(session, tenant_id, head_seq):
         return head_seq, "head_mismatch"
+    return None, None
+
+
+async def _check_known(
+    session: AsyncSession, tenant_id: uuid.UUID, seq: int, row_hash: bytes
+) -> tuple[int | None, str | None]:
+    """A held head: a cut tail (with the head and the checkpoints moved back alike) lacks its
+    row; a cut tail refilled by later calls has another row at its seq."""
+    stored = await _row_hash(session, tenant_id, seq)
+    if stored is None:
+        top = await session.scalar(
+            select(func.max(AuditEvent.seq)).where(AuditEvent.tenant_id == tenant_id)
+        )
+        return (int(top or 0) + 1 if (top or 0) < seq else seq), "missing_row"
+    if stored != row_hash:
+        return seq, "known_head_mismatch"
     return None, None
 
 
