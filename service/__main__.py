@@ -130,18 +130,14 @@ async def _serve(settings: Settings, url: str, started: float) -> None:
 
     from service.app import create_app
     from service.embeddings import create_embedder
+    from service.http.server import server_config
     from service.runtime import build_runtime
 
     runtime = await build_runtime(settings, url, create_embedder(settings.embedding))
     try:
         admin = await _bootstrap(settings, runtime)
-        config = uvicorn.Config(
-            create_app(runtime),
-            host=settings.server.host,
-            port=settings.server.port,
-            log_config=None,
-            access_log=False,
-            lifespan="on",
+        config = server_config(
+            create_app(runtime), host=settings.server.host, port=settings.server.port
         )
         server = uvicorn.Server(config)
         serving = asyncio.create_task(server.serve())
