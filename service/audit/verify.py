@@ -112,7 +112,7 @@ async def head(session: AsyncSession, tenant_id: uuid.UUID) -> tuple[int, bytes 
     ).one_or_none()
     if row is None:
         return 0, None
-    # A head a superuser nulled names no row: seq 0 and no hash make verify report it.
+    # A head a superuser nulled names no row: verify_range reports it as head_mismatch.
     return (int(row[0]) if row[0] is not None else 0), _bytes(row[1])
 
 
@@ -137,6 +137,14 @@ async def verify_range(
     """`known`: a (seq, hash) the caller holds from outside the database (a receipt or a
     checkpoint); the chain must still have that row with that hash, whatever the range."""
     head_seq, head_hash = await head(session, tenant_id)
+    top = await session.scalar(
+        select(func.max(AuditEvent.seq)).where(AuditEvent.tenant_id == tenant_id)
+    )
+    # Rows without a usable head (deleted, or nulled by a superuser): the newest row stands in so
+    # the range still covers the chain, and the head itself is reported below.
+    broken_head = top is not None and (head_seq == 0 or head_hash is None)
+    if top is not None and broken_head:
+        head_seq = max(head_seq, int(top))
     last = min(to_seq if to_seq is not None else head_seq, from_seq + MAX_VERIFY_ROWS - 1)
     anchor = GENESIS if from_seq == 1 else await _row_hash(session, tenant_id, from_seq - 1)
     params = {
@@ -161,6 +169,8 @@ async def verify_range(
         first_bad, reason = checkpoint.seq, "checkpoint_mismatch"
     if first_bad is None and known is not None:
         first_bad, reason = await _check_known(session, tenant_id, *known)
+    if first_bad is None and broken_head:
+        first_bad, reason = head_seq, "head_mismatch"
     return VerifyReport(
         from_seq=from_seq,
         to_seq=last,

@@ -192,3 +192,35 @@ async def test_the_offline_verifier_judges_malformed_rows_instead_of_crashing(
     assert outcome.returncode == 1, outcome.stderr
     assert "Traceback" not in outcome.stderr
     assert json.loads(outcome.stdout)["ok"] is False
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "UPDATE audit_heads SET seq = NULL WHERE tenant_id = :t",
+        "UPDATE audit_heads SET row_hash = NULL WHERE tenant_id = :t",
+        "DELETE FROM audit_heads WHERE tenant_id = :t",
+    ],
+)
+async def test_a_nulled_or_deleted_head_is_a_head_mismatch(
+    api: Api, owner_engine: AsyncEngine, statement: str
+) -> None:
+    """A head that names no row used to read as an empty chain: `ok: true`, nothing checked."""
+    tenant = await _rows(api, 3)
+    await owner_execute(
+        owner_engine,
+        "ALTER TABLE audit_heads ALTER COLUMN seq DROP NOT NULL",
+        "ALTER TABLE audit_heads ALTER COLUMN row_hash DROP NOT NULL",
+    )
+    async with owner_engine.connect() as conn:
+        top = await conn.scalar(
+            text("SELECT max(seq) FROM audit_events WHERE tenant_id = :t"), {"t": tenant}
+        )
+    await owner_execute(owner_engine, statement, t=tenant)
+    report = await verify_report(api)
+    assert (report["ok"], report["first_bad_seq"], report["reason"]) == (
+        False,
+        top,
+        "head_mismatch",
+    )
+    assert report["checked"] == top
