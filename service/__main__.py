@@ -132,18 +132,14 @@ async def _serve(settings: Settings, url: str, started: float) -> None:
 
     from service.app import create_app
     from service.embeddings import create_embedder
+    from service.http.server import server_config
     from service.runtime import build_runtime
 
     runtime = await build_runtime(settings, url, create_embedder(settings.embedding))
     try:
         admin = await _bootstrap(settings, runtime)
-        config = uvicorn.Config(
-            create_app(runtime),
-            host=settings.server.host,
-            port=settings.server.port,
-            log_config=None,
-            access_log=False,
-            lifespan="on",
+        config = server_config(
+            create_app(runtime), host=settings.server.host, port=settings.server.port
         )
         server = uvicorn.Server(config)
 
@@ -374,6 +370,9 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("export", help="NDJSON file from GET /v1/audit/export")
     verify.add_argument("--checkpoint", help="JSON from GET /v1/audit/checkpoints/latest")
     verify.add_argument("--keys", help="JWKS from GET /v1/audit/keys")
+    verify.add_argument(
+        "--head", help="SEQ:HASH of a head you hold (an Audit-Receipt); finds a cut tail"
+    )
     command(
         audit_commands,
         "checkpoint",
@@ -402,7 +401,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "audit" and args.audit_command == "verify":
         from service.audit.independent import run
 
-        return run(args.export, args.checkpoint, args.keys)
+        return run(args.export, args.checkpoint, args.keys, args.head)
     if args.command == "audit":
         return cmd_audit_checkpoint(settings)
     if args.command == "token":

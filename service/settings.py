@@ -294,13 +294,21 @@ class AuditSettings:
     checkpoint_seconds: `MEMGATE_AUDIT_CHECKPOINT_SECONDS`; how often the service signs a
         checkpoint for every tenant whose chain grew (0 turns the in-process signer off, e.g. when
         a CronJob runs `memgate audit checkpoint`).
+    checkpoint_rows: `MEMGATE_AUDIT_CHECKPOINT_ROWS`; also sign a checkpoint whenever a chain's
+        seq reaches a multiple of this, in the transaction that appends that row (0: by time
+        only). With both, the tail after the newest checkpoint is at most this many rows and
+        `checkpoint_seconds` old (docs/audit.md, "What a cut tail can hide").
     """
 
     checkpoint_seconds: int = 300
+    checkpoint_rows: int = 1000
 
     @classmethod
     def from_env(cls) -> AuditSettings:
-        return cls(checkpoint_seconds=_env_int("MEMGATE_AUDIT_CHECKPOINT_SECONDS", 300))
+        return cls(
+            checkpoint_seconds=_env_int("MEMGATE_AUDIT_CHECKPOINT_SECONDS", 300),
+            checkpoint_rows=_env_int("MEMGATE_AUDIT_CHECKPOINT_ROWS", 1000),
+        )
 
 
 @dataclass(frozen=True)

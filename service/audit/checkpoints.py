@@ -136,22 +136,29 @@ async def sign_due_checkpoints(session: AsyncSession, kek: KeyEncryptionKey) -> 
     if not due:
         return 0
     key = await signing_key(session, kek)
-    now = datetime.now(UTC)
     for tenant_id, seq, row_hash in due:
-        claims = CheckpointClaims(tenant_id, seq, bytes(row_hash), now)
-        await session.execute(
-            insert(AuditCheckpoint)
-            .values(
-                tenant_id=tenant_id,
-                seq=seq,
-                row_hash=bytes(row_hash),
-                signed_at=now,
-                kid=str(key.kid),
-                jws=sign(claims, key),
-            )
-            .on_conflict_do_nothing()
-        )
+        await insert_checkpoint(session, key, tenant_id, seq, bytes(row_hash))
     return len(due)
+
+
+async def insert_checkpoint(
+    session: AsyncSession, key: OKPKey, tenant_id: uuid.UUID, seq: int, row_hash: bytes
+) -> None:
+    """Sign (tenant, seq, hash) and store it; a checkpoint already there for that seq stays."""
+    now = datetime.now(UTC)
+    claims = CheckpointClaims(tenant_id, seq, row_hash, now)
+    await session.execute(
+        insert(AuditCheckpoint)
+        .values(
+            tenant_id=tenant_id,
+            seq=seq,
+            row_hash=row_hash,
+            signed_at=now,
+            kid=str(key.kid),
+            jws=sign(claims, key),
+        )
+        .on_conflict_do_nothing()
+    )
 
 
 async def run_checkpoints(

@@ -25,6 +25,7 @@ from service.http.params import parse_id
 AuthedRequest = Request[Principal, VerifiedToken, State]
 _AUDIT = [requires(Scope.READ_AUDIT)]
 ACTION_PATTERN = r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$"
+HASH_PATTERN = r"^[0-9a-f]{64}$"
 
 Seq = Annotated[int, QueryParameter(ge=1, le=2**62)]
 
@@ -108,13 +109,25 @@ class AuditController(Controller):
         runtime: Rt,
         from_seq: Seq = 1,
         to_seq: Annotated[int | None, QueryParameter(ge=1, le=2**62)] = None,
+        known_seq: Annotated[
+            int | None,
+            QueryParameter(ge=1, le=2**62, description="The seq of a head you hold."),
+        ] = None,
+        known_hash: Annotated[
+            str | None,
+            QueryParameter(
+                pattern=HASH_PATTERN,
+                description="Its hash (64 lowercase hex), from an Audit-Receipt or a checkpoint.",
+            ),
+        ] = None,
     ) -> VerifyOut:
         """Recompute your tenant's hash chain over `from_seq`..`to_seq` (default: to the head;
         at most 1,000,000 rows per call) and check it against the head and every signed
         checkpoint in the range. `first_bad_seq` names the first missing, altered, duplicated
-        or unchained row."""
+        or unchained row. With `known_seq` and `known_hash` (a head you kept), the chain must
+        still hold that row: a tail cut after the newest checkpoint is found."""
         service = await _auditor(request, db, runtime)
-        report = await service.verify(from_seq, to_seq)
+        report = await service.verify(from_seq, to_seq, known_seq, known_hash)
         trail_of(request).count(report.checked)
         return report
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -26,6 +27,31 @@ _STRING_FIELDS = (
     "actor",
     "client_id",
 )
+# What each field of an appended row holds (docs/audit.md). A row that departs from it was not
+# written by the append function, whatever its hash says: the layout encodes a null as "-", so
+# a nulled field with its hash recomputed would otherwise pass.
+_TEXT = (str,)
+_OPTIONAL_TEXT = (str, type(None))
+_SHAPE: dict[str, tuple[type, ...]] = {
+    "tenant_id": _TEXT,
+    "at": _TEXT,
+    "request_id": _TEXT,
+    "trace_id": _OPTIONAL_TEXT,
+    "actor": _OPTIONAL_TEXT,
+    "client_id": _OPTIONAL_TEXT,
+    "token_id": _OPTIONAL_TEXT,
+    "issuer": _OPTIONAL_TEXT,
+    "method": _TEXT,
+    "route": _TEXT,
+    "action": _TEXT,
+    "decision": _TEXT,
+    "reason": _TEXT,
+    "prev_hash": _TEXT,
+    "row_hash": _TEXT,
+}
+_INTEGERS = {"status": False, "latency_us": False, "result_count": True, "policy_version": True}
+_TEXT_LISTS = ("delegation", "scopes", "target_ids")
+_HEX_HASH = re.compile(r"[0-9a-f]{64}")
 
 
 @dataclass(frozen=True)
@@ -60,6 +86,41 @@ def _micros(at: str) -> int:
     return (moment - _EPOCH) // timedelta(microseconds=1)
 
 
+def _instant(at: str) -> bool:
+    """An RFC 3339 time with an offset (a naive time names no instant: its hash is undefined)."""
+    try:
+        return datetime.fromisoformat(at.replace("Z", "+00:00")).utcoffset() is not None
+    except ValueError:
+        return False
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def well_formed(event: dict[str, Any]) -> bool:
+    """Every field present with the type the append function gives it (nulls only where the
+    layout allows them), hashes as 64 lowercase hex digits, `at` an instant."""
+    if not _is_int(event.get("seq")):
+        return False
+    for name, types in _SHAPE.items():
+        if name not in event or not isinstance(event[name], types):
+            return False
+    for name, nullable in _INTEGERS.items():
+        value = event.get(name, False)
+        if not (_is_int(value) or (nullable and name in event and value is None)):
+            return False
+    for name in _TEXT_LISTS:
+        values = event.get(name)
+        if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+            return False
+    return (
+        bool(_HEX_HASH.fullmatch(event["prev_hash"]))
+        and bool(_HEX_HASH.fullmatch(event["row_hash"]))
+        and _instant(event["at"])
+    )
+
+
 def canonical(event: dict[str, Any]) -> bytes:
     """The layout of docs/audit.md, field by field."""
     parts = [
@@ -91,15 +152,26 @@ def row_hash(event: dict[str, Any]) -> str:
 
 
 def verify_events(
-    events: Iterable[dict[str, Any]], checkpoint: dict[str, Any] | None = None
+    events: Iterable[object],
+    checkpoint: dict[str, Any] | None = None,
+    known: tuple[int, str] | None = None,
 ) -> Verdict:
     """Walk the export in order from seq 1 (genesis): an export that starts later cannot show
     that nothing before it was removed. A checkpoint beyond the export's last row means rows
-    are missing (a truncated tail, or an incomplete export)."""
+    are missing (a truncated tail, or an incomplete export). A line that is not a row with a
+    number at all is `malformed_row` at the number it should have had. `known` is a (seq, hex
+    hash) held from elsewhere (an `Audit-Receipt`): the export must hold that very row, or it
+    is `missing_row` (beyond the last row) or `known_head_mismatch`."""
     checked = 0
     previous: dict[str, Any] | None = None
     hashes: dict[int, str] = {}
-    for event in events:
+    for item in events:
+        if not isinstance(item, dict) or not _is_int(item.get("seq")):
+            expected = (_seq(previous) or 0) + 1
+            return Verdict(
+                False, checked, expected, "malformed_row", _seq(previous), _hash(previous), None
+            )
+        event = cast("dict[str, Any]", item)
         seq = int(event["seq"])
         bad = _judge(event, previous)
         if bad is not None:
@@ -124,6 +196,22 @@ def verify_events(
                 _hash(previous),
                 False,
             )
+    if known is not None:
+        held = hashes.get(known[0])
+        last = _seq(previous) or 0
+        if held is None:
+            seq = last + 1 if last < known[0] else known[0]
+            return Verdict(False, checked, seq, "missing_row", _seq(previous), None, confirmed)
+        if held != known[1]:
+            return Verdict(
+                False,
+                checked,
+                known[0],
+                "known_head_mismatch",
+                _seq(previous),
+                _hash(previous),
+                confirmed,
+            )
     return Verdict(True, checked, None, None, _seq(previous), _hash(previous), confirmed)
 
 
@@ -138,7 +226,7 @@ def _judge(event: dict[str, Any], previous: dict[str, Any] | None) -> tuple[int,
             return seq, "duplicate_seq"
         if seq != before + 1:
             return before + 1, "missing_row"
-    if row_hash(event) != event["row_hash"]:
+    if not well_formed(event) or row_hash(event) != event["row_hash"]:
         return seq, "row_hash_mismatch"
     expected_prev = _ZERO_HASH if previous is None else previous["row_hash"]
     if event["prev_hash"] != expected_prev:
@@ -172,10 +260,24 @@ def checkpoint_claims(checkpoint_jws: str, jwks: dict[str, Any]) -> dict[str, An
     return claims
 
 
-def run(export_path: str, checkpoint_path: str | None, keys_path: str | None) -> int:
+def parse_head(text: str) -> tuple[int, str] | None:
+    """`SEQ:HASH` (the two fields of an `Audit-Receipt`), else None."""
+    seq, _, digest = text.strip().partition(":")
+    if not seq.isdigit() or not _HEX_HASH.fullmatch(digest):
+        return None
+    return int(seq), digest
+
+
+def run(
+    export_path: str, checkpoint_path: str | None, keys_path: str | None, head: str | None = None
+) -> int:
     """The command: prints a JSON verdict; exit status 0 when everything verified."""
-    with open(export_path, encoding="utf-8") as handle:
-        events = [json.loads(line) for line in handle if line.strip()]
+    known = parse_head(head) if head is not None else None
+    if head is not None and known is None:
+        print(json.dumps({"ok": False, "reason": "--head must be SEQ:HASH (64 lowercase hex)"}))
+        return 2
+    with open(export_path, encoding="utf-8", errors="replace") as handle:
+        events = [_parsed(line) for line in handle if line.strip()]
     checkpoint: dict[str, Any] | None = None
     if checkpoint_path:
         with open(checkpoint_path, encoding="utf-8") as handle:
@@ -185,11 +287,19 @@ def run(export_path: str, checkpoint_path: str | None, keys_path: str | None) ->
             return 2
         with open(keys_path, encoding="utf-8") as handle:
             claims = checkpoint_claims(document["jws"], json.load(handle))
-        tenants = {event["tenant_id"] for event in events}
+        tenants = {e.get("tenant_id") for e in events if isinstance(e, dict)}
         if claims is None or (tenants and claims.get("tenant") not in tenants):
             print(json.dumps({"ok": False, "reason": "checkpoint_signature_invalid"}))
             return 1
         checkpoint = {"seq": claims["seq"], "hash": claims["hash"]}
-    verdict = verify_events(events, checkpoint)
+    verdict = verify_events(events, checkpoint, known)
     print(json.dumps(verdict.as_dict()))
     return 0 if verdict.ok else 1
+
+
+def _parsed(line: str) -> object:
+    """One line of the export; None when it is not JSON (judged as a malformed row)."""
+    try:
+        return json.loads(line)
+    except ValueError:
+        return None

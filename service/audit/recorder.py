@@ -31,6 +31,7 @@ from sqlalchemy.dialects.postgresql import ARRAY, UUID
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.types import Text
 
+from service.audit.checkpoints import insert_checkpoint, signing_key
 from service.audit.trail import AuditTrail, attach_trail
 from service.auth.principal import Principal
 from service.auth.scopes import ALL_SCOPES
@@ -51,6 +52,7 @@ if TYPE_CHECKING:
 PLATFORM_TENANT = uuid.UUID(int=0)
 """Calls nobody authenticated are logged here, never under the tenant a token merely claims."""
 MAX_DELEGATION_DEPTH = 8
+RECEIPT_PREFERENCE = "audit-receipt"
 
 _log = structlog.get_logger("memgate.audit")
 
@@ -129,6 +131,16 @@ def _path_ids(scope: MutableMapping[str, Any]) -> list[uuid.UUID]:
         except ValueError:
             continue
     return ids
+
+
+def wants_receipt(scope: MutableMapping[str, Any]) -> bool:
+    """`Prefer: audit-receipt` (RFC 7240: comma-separated preferences, parameters after `;`)."""
+    for name, value in scope.get("headers", []):
+        if name == b"prefer":
+            for preference in value.decode("latin-1").split(","):
+                if preference.split(";", 1)[0].strip().lower() == RECEIPT_PREFERENCE:
+                    return True
+    return False
 
 
 def _bearer(scope: MutableMapping[str, Any]) -> str:
@@ -259,6 +271,8 @@ class _Call:
         self.scope = scope
         self.trail = AuditTrail(runtime)
         self.finished = False
+        self.receipt: tuple[uuid.UUID, int, bytes] | None = None
+        """(chain, seq, hash) of this call's row once it committed: the chain's head then."""
         attach_trail(scope, self.trail)
 
     def request_id(self) -> str:
@@ -283,7 +297,8 @@ class _Call:
         """The row in the call's own transaction, committed with the call's writes."""
         try:
             row = await builder.build(session, status, None, self.request_id())
-            await append(session, row, path="in_request")
+            seq, row_hash = await append(session, row, path="in_request")
+            await self._checkpoint_if_due(session, row.tenant_id, seq, row_hash)
         except Exception as exc:  # any failure: the call must not succeed unrecorded
             _log.error("audit_in_request_failed", error_type=type(exc).__name__)
             await self._settle(session, commit=False)
@@ -295,17 +310,42 @@ class _Call:
             _log.error("audit_commit_failed", error_type=type(exc).__name__)
             await self._separately(builder, 503, "commit-unconfirmed")
             return NOT_CONFIRMED
+        self.receipt = (row.tenant_id, seq, row_hash)
         return None
 
     async def _separately(self, builder: _RowBuilder, status: int, reason: str | None) -> bool:
         try:
             async with self.runtime.sessionmaker.begin() as session:
                 row = await builder.build(session, status, reason, self.request_id())
-                await append(session, row, path="separate")
+                seq, row_hash = await append(session, row, path="separate")
+                await self._checkpoint_if_due(session, row.tenant_id, seq, row_hash)
+            self.receipt = (row.tenant_id, seq, row_hash)
             return True
         except Exception as exc:  # reported to the caller as 503
             _log.error("audit_append_failed", error_type=type(exc).__name__)
             return False
+
+    async def _checkpoint_if_due(
+        self, session: AsyncSession, tenant_id: uuid.UUID, seq: int, row_hash: bytes
+    ) -> None:
+        """Every N rows a checkpoint, in the row's own transaction (while the tenant's append
+        lock is held): the tail after the newest checkpoint is bounded in rows, not only in
+        seconds, and the checkpoint exists exactly when its row does."""
+        every = self.runtime.settings.audit.checkpoint_rows
+        if every > 0 and seq % every == 0:
+            key = await signing_key(session, self.runtime.kek)
+            await insert_checkpoint(session, key, tenant_id, seq, row_hash)
+
+    def receipt_header(self) -> tuple[bytes, bytes] | None:
+        """`Audit-Receipt` for a caller who sent `Prefer: audit-receipt`: its own row's seq and
+        hash, a head it can later hold against the log. Not for the platform chain: its
+        numbers would tell any anonymous caller how many calls the whole platform takes."""
+        if self.receipt is None or not wants_receipt(self.scope):
+            return None
+        tenant_id, seq, row_hash = self.receipt
+        if tenant_id == PLATFORM_TENANT:
+            return None
+        return b"audit-receipt", f"seq={seq}; hash={row_hash.hex()}".encode()
 
     @staticmethod
     async def _settle(session: AsyncSession | None, *, commit: bool) -> None:
@@ -373,6 +413,11 @@ def audit_recorder(app: ASGIApp, runtime: Runtime) -> ASGIApp:
                     replaced = True
                     await _send_unavailable(send, scope.get("path", ""), problem)
                     return
+                receipt = call.receipt_header()
+                if receipt is not None:
+                    headers = [*message.get("headers", ()), receipt]
+                    headers.append((b"preference-applied", RECEIPT_PREFERENCE.encode()))
+                    message = cast(Message, {**message, "headers": headers})
             elif replaced:
                 return
             await send(message)

@@ -12,6 +12,9 @@ Decision = Literal["allow", "deny", "error"]
 
 
 class AuditEventOut(msgspec.Struct, kw_only=True):
+    """One row as stored. Every field the append function fills is present on an intact row;
+    a row a superuser edited may carry nulls anywhere (verify names it `row_hash_mismatch`)."""
+
     tenant_id: uuid.UUID
     seq: int
     at: datetime
@@ -34,8 +37,10 @@ class AuditEventOut(msgspec.Struct, kw_only=True):
     status: int
     latency_us: int
     policy_version: int | None
-    prev_hash: str
-    row_hash: str
+    prev_hash: str | None
+    """Null only on an edited row (see above)."""
+    row_hash: str | None
+    """Null only on an edited row (see above)."""
 
 
 class AuditPage(msgspec.Struct, kw_only=True):
@@ -69,7 +74,7 @@ class VerifyOut(msgspec.Struct, kw_only=True):
     first_bad_seq: int | None
     reason: str | None
     """missing_row | duplicate_seq | row_hash_mismatch | chain_broken | checkpoint_mismatch |
-    head_mismatch"""
+    head_mismatch | known_head_mismatch"""
     head_seq: int
     head_hash: str | None
     checkpoint: CheckpointVerdict | None

@@ -8,7 +8,7 @@ import re
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import msgspec
 from sqlalchemy import Select, exists, select
@@ -36,6 +36,7 @@ DEFAULT_PAGE = 50
 MAX_EXPORT = 50_000
 _PSEUDONYM = re.compile(r"[0-9a-f]{64}")
 _MAX_CURSOR_CHARS = 100
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,9 @@ class AuditFilters:
 
 
 def to_out(row: AuditEvent) -> AuditEventOut:
+    """The row as stored. A superuser may have nulled a column the append function always
+    fills; it is answered as null (verify reports the row) rather than failing the whole page
+    or export, which an auditor needs most exactly then."""
     return AuditEventOut(
         tenant_id=row.tenant_id,
         seq=row.seq,
@@ -58,23 +62,32 @@ def to_out(row: AuditEvent) -> AuditEventOut:
         trace_id=row.trace_id,
         actor=row.actor,
         client_id=row.client_id,
-        delegation=list(row.delegation),
+        delegation=_as_stored(row.delegation),
         token_id=row.token_id,
         issuer=row.issuer,
-        scopes=list(row.scopes),
+        scopes=_as_stored(row.scopes),
         method=row.method,
         route=row.route,
         action=row.action,
-        target_ids=list(row.target_ids),
+        target_ids=_as_stored(row.target_ids),
         result_count=row.result_count,
-        decision=cast(Decision, row.decision),  # the table's CHECK allows only these
+        decision=cast(Decision, row.decision),  # the append function allows only these
         reason=row.reason,
         status=row.status,
         latency_us=row.latency_us,
         policy_version=row.policy_version,
-        prev_hash=bytes(row.prev_hash).hex(),
-        row_hash=bytes(row.row_hash).hex(),
+        prev_hash=_hex(row.prev_hash),
+        row_hash=_hex(row.row_hash),
     )
+
+
+def _hex(value: bytes | None) -> str | None:
+    return bytes(value).hex() if value is not None else None
+
+
+def _as_stored(values: list[T] | None) -> list[T]:
+    # None passes through (see to_out); msgspec encodes without re-validating the struct.
+    return cast("list[T]", None) if values is None else list(values)
 
 
 def encode_cursor(before_seq: int) -> str:
@@ -149,8 +162,20 @@ class AuditService:
         body = b"".join(msgspec.json.encode(to_out(row)) + b"\n" for row in rows[:size])
         return body, (rows[size].seq if len(rows) > size else None)
 
-    async def verify(self, from_seq: int, to_seq: int | None) -> VerifyOut:
-        report = await verify_range(self.session, self.tenant_id, from_seq, to_seq)
+    async def verify(
+        self,
+        from_seq: int,
+        to_seq: int | None,
+        known_seq: int | None = None,
+        known_hash: str | None = None,
+    ) -> VerifyOut:
+        if (known_seq is None) != (known_hash is None):
+            raise AuditFilterInvalid(
+                "'known_seq' and 'known_hash' go together: pass both (the 'seq' and 'hash' of "
+                "an Audit-Receipt or a checkpoint you hold) or neither."
+            )
+        known = (known_seq, bytes.fromhex(known_hash)) if known_seq and known_hash else None
+        report = await verify_range(self.session, self.tenant_id, from_seq, to_seq, known)
         verdict = report.checkpoint
         return VerifyOut(
             ok=report.ok,
@@ -188,19 +213,19 @@ class AuditService:
         return CheckpointOut(
             tenant_id=row.tenant_id,
             seq=row.seq,
-            hash=bytes(row.row_hash).hex(),
+            hash=_hex(row.row_hash) or "",  # _signed: it matched a signed hash
             signed_at=row.signed_at,
             kid=row.kid,
             jws=row.jws,
         )
 
     def _signed(self, row: AuditCheckpoint, jwks: dict[str, Any]) -> bool:
-        payload = verify_signature(row.jws, jwks)
+        payload = verify_signature(row.jws or "", jwks)
         return payload is not None and (
             payload.get("tenant"),
             payload.get("seq"),
             payload.get("hash"),
-        ) == (str(self.tenant_id), row.seq, bytes(row.row_hash).hex())
+        ) == (str(self.tenant_id), row.seq, _hex(row.row_hash))
 
     async def keys(self) -> dict[str, Any]:
         return await public_keys(self.session)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import func, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -33,7 +34,20 @@ _FIRST_BAD = text(
                  AND coalesce(array_ndims(e.scopes), 1) = 1
                  AND coalesce(array_lower(e.scopes, 1), 1) = 1
                  AND coalesce(array_ndims(e.target_ids), 1) = 1
-                 AND coalesce(array_lower(e.target_ids, 1), 1) = 1 AS flat
+                 AND coalesce(array_lower(e.target_ids, 1), 1) = 1 AS flat,
+               -- Fields audit_append() always fills. The layout encodes NULL as '-', so a row
+               -- with one nulled and its hash recomputed would hash alike: it was never appended.
+               e.prev_hash IS NOT NULL AND e.row_hash IS NOT NULL AND e.request_id IS NOT NULL
+                 AND e.method IS NOT NULL AND e.route IS NOT NULL AND e.action IS NOT NULL
+                 AND e.decision IS NOT NULL AND e.reason IS NOT NULL AND e.status IS NOT NULL
+                 AND e.latency_us IS NOT NULL
+                 AND e.delegation IS NOT NULL
+                 AND NOT EXISTS (SELECT FROM unnest(e.delegation) x WHERE x IS NULL)
+                 AND e.scopes IS NOT NULL
+                 AND NOT EXISTS (SELECT FROM unnest(e.scopes) x WHERE x IS NULL)
+                 AND e.target_ids IS NOT NULL
+                 AND NOT EXISTS (SELECT FROM unnest(e.target_ids) x WHERE x IS NULL)
+                 AS present
           FROM audit_events e
          WHERE e.tenant_id = :tenant_id AND e.seq BETWEEN :from_seq AND :to_seq
         WINDOW w AS (ORDER BY e.seq, e.at)
@@ -47,8 +61,11 @@ _FIRST_BAD = text(
                  WHEN before_seq IS NULL AND seq <> :from_seq THEN 'missing_row'
                  WHEN before_seq IS NOT NULL AND seq = before_seq THEN 'duplicate_seq'
                  WHEN before_seq IS NOT NULL AND seq > before_seq + 1 THEN 'missing_row'
-                 WHEN computed <> row_hash OR NOT flat THEN 'row_hash_mismatch'
-                 WHEN prev_hash <> coalesce(before_hash, :anchor) THEN 'chain_broken'
+                 -- NULL-safe: a NULL hash compared with <> is not true, and passed as intact.
+                 WHEN computed IS DISTINCT FROM row_hash OR NOT flat OR NOT present
+                   THEN 'row_hash_mismatch'
+                 WHEN prev_hash IS DISTINCT FROM coalesce(before_hash, :anchor)
+                   THEN 'chain_broken'
                END AS reason
           FROM ranged
     )
@@ -93,20 +110,41 @@ async def head(session: AsyncSession, tenant_id: uuid.UUID) -> tuple[int, bytes 
             select(AuditHead.seq, AuditHead.row_hash).where(AuditHead.tenant_id == tenant_id)
         )
     ).one_or_none()
-    return (int(row[0]), bytes(row[1])) if row else (0, None)
+    if row is None:
+        return 0, None
+    # A head a superuser nulled names no row: verify_range reports it as head_mismatch.
+    return (int(row[0]) if row[0] is not None else 0), _bytes(row[1])
+
+
+def _bytes(value: bytes | None) -> bytes | None:
+    return bytes(value) if value is not None else None
 
 
 async def _row_hash(session: AsyncSession, tenant_id: uuid.UUID, seq: int) -> bytes | None:
     found = await session.scalar(
         select(AuditEvent.row_hash).where(AuditEvent.tenant_id == tenant_id, AuditEvent.seq == seq)
     )
-    return bytes(found) if found is not None else None
+    return _bytes(found)
 
 
 async def verify_range(
-    session: AsyncSession, tenant_id: uuid.UUID, from_seq: int, to_seq: int | None
+    session: AsyncSession,
+    tenant_id: uuid.UUID,
+    from_seq: int,
+    to_seq: int | None,
+    known: tuple[int, bytes] | None = None,
 ) -> VerifyReport:
+    """`known`: a (seq, hash) the caller holds from outside the database (a receipt or a
+    checkpoint); the chain must still have that row with that hash, whatever the range."""
     head_seq, head_hash = await head(session, tenant_id)
+    top = await session.scalar(
+        select(func.max(AuditEvent.seq)).where(AuditEvent.tenant_id == tenant_id)
+    )
+    # Rows without a usable head (deleted, or nulled by a superuser): the newest row stands in so
+    # the range still covers the chain, and the head itself is reported below.
+    broken_head = top is not None and (head_seq == 0 or head_hash is None)
+    if top is not None and broken_head:
+        head_seq = max(head_seq, int(top))
     last = min(to_seq if to_seq is not None else head_seq, from_seq + MAX_VERIFY_ROWS - 1)
     anchor = GENESIS if from_seq == 1 else await _row_hash(session, tenant_id, from_seq - 1)
     params = {
@@ -129,6 +167,10 @@ async def verify_range(
         and not (checkpoint.signature_valid and checkpoint.matches_chain)
     ):
         first_bad, reason = checkpoint.seq, "checkpoint_mismatch"
+    if first_bad is None and known is not None:
+        first_bad, reason = await _check_known(session, tenant_id, *known)
+    if first_bad is None and broken_head:
+        first_bad, reason = head_seq, "head_mismatch"
     return VerifyReport(
         from_seq=from_seq,
         to_seq=last,
@@ -161,6 +203,22 @@ async def _check_end(
     return None, None
 
 
+async def _check_known(
+    session: AsyncSession, tenant_id: uuid.UUID, seq: int, row_hash: bytes
+) -> tuple[int | None, str | None]:
+    """A held head: a cut tail (with the head and the checkpoints moved back alike) lacks its
+    row; a cut tail refilled by later calls has another row at its seq."""
+    stored = await _row_hash(session, tenant_id, seq)
+    if stored is None:
+        top = await session.scalar(
+            select(func.max(AuditEvent.seq)).where(AuditEvent.tenant_id == tenant_id)
+        )
+        return (int(top or 0) + 1 if (top or 0) < seq else seq), "missing_row"
+    if stored != row_hash:
+        return seq, "known_head_mismatch"
+    return None, None
+
+
 async def _check_checkpoints(
     session: AsyncSession, tenant_id: uuid.UUID, from_seq: int, to_seq: int
 ) -> CheckpointCheck | None:
@@ -185,25 +243,37 @@ async def _check_checkpoints(
             AuditEvent.seq.in_([row.seq for row in rows]),
         )
     )
-    chain = {int(seq): bytes(row_hash) for seq, row_hash in stored.all()}
+    chain = {int(seq): _bytes(row_hash) for seq, row_hash in stored.all()}
     result: CheckpointCheck | None = None
     for row in rows:
-        payload = verify_signature(row.jws, jwks)
-        signed_hash = bytes.fromhex(payload["hash"]) if payload else b""
+        payload = verify_signature(row.jws or "", jwks)
+        signed_hash = _signed_hash(payload)
+        stored_hash = _bytes(row.row_hash) or b""
         signature_valid = bool(
             payload
+            and signed_hash
             and payload.get("tenant") == str(tenant_id)
             and payload.get("seq") == row.seq
-            and signed_hash == bytes(row.row_hash)
+            and signed_hash == stored_hash
         )
         in_chain = chain.get(row.seq)
         result = CheckpointCheck(
             seq=row.seq,
-            row_hash=signed_hash or bytes(row.row_hash),
-            jws=row.jws,
+            row_hash=signed_hash or stored_hash,
+            jws=row.jws or "",
             signature_valid=signature_valid,
-            matches_chain=in_chain is not None and bytes(in_chain) == signed_hash,
+            matches_chain=in_chain is not None and in_chain == signed_hash,
         )
         if not (result.signature_valid and result.matches_chain):
             return result
     return result
+
+
+def _signed_hash(payload: dict[str, Any] | None) -> bytes:
+    """The hash a verified checkpoint payload names; empty when it names none (a key we hold
+    signed it, so this is defensive, not a trust decision)."""
+    value = payload.get("hash") if payload else None
+    try:
+        return bytes.fromhex(value) if isinstance(value, str) else b""
+    except ValueError:
+        return b""

@@ -54,6 +54,7 @@ __all__ = [
     "EMBEDDING_DURATION",
     "REQUEST_DURATION",
     "SEARCH_DURATION",
+    "SERVER_REJECTED",
     "configure_telemetry",
     "http_method",
     "instrument_engine",
@@ -99,6 +100,12 @@ AUDIT_APPEND_DURATION = _meter.create_histogram(
     unit="s",
     description="Appending one audit row; memgate.audit.path is in_request or separate.",
     explicit_bucket_boundaries_advisory=_LATENCY_BUCKETS,
+)
+
+SERVER_REJECTED = _meter.create_counter(
+    "memgate.http.server.rejected",
+    unit="{request}",
+    description="Requests the HTTP server's parser refused (400) before the app: never audited.",
 )
 
 _REGISTRY = CollectorRegistry()

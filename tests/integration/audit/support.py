@@ -50,6 +50,7 @@ def run_verify_cli(
     events: list[dict[str, Any]],
     checkpoint: dict[str, Any] | None = None,
     keys: dict[str, Any] | None = None,
+    head: str | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """`memgate audit verify` on files, as an auditor runs it."""
     export = tmp_path / "export.ndjson"
@@ -60,6 +61,8 @@ def run_verify_cli(
         (tmp_path / "keys.json").write_text(json.dumps(keys))
         command += ["--checkpoint", str(tmp_path / "checkpoint.json")]
         command += ["--keys", str(tmp_path / "keys.json")]
+    if head is not None:
+        command += ["--head", head]
     return subprocess.run(command, capture_output=True, text=True, check=False)  # noqa: S603
 
 

@@ -1,0 +1,113 @@
+"""Review item 23: requests the HTTP server's parser refuses never reach the app, so they leave
+no audit row. They are counted (a metric) and logged without content, through a real uvicorn
+on loopback spoken to with a raw socket."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from prometheus_client.parser import text_string_to_metric_families
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from service.app import create_app
+from service.http.server import server_config
+from service.runtime import Runtime
+from service.settings import Settings
+from tests.fixtures.canaries import captured_logs
+
+CANARY = "c4nary-7f3e9a"
+REJECTED = "memgate_http_server_rejected_total"
+MALFORMED = [
+    # a header line without a colon
+    f"GET /v1/memories HTTP/1.1\r\nHost: 127.0.0.1\r\n{CANARY} header\r\n\r\n".encode(),
+    # a request line that is not one
+    f"{CANARY} /v1/memories\r\nHost: 127.0.0.1\r\n\r\n".encode(),
+    # a path that is not UTF-8 (nor ASCII)
+    b"GET /v1/memories/\xff\xfe" + CANARY.encode() + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+]
+
+
+@pytest.fixture
+async def server(runtime: Runtime, settings: Settings) -> AsyncIterator[int]:
+    import uvicorn
+
+    config = server_config(create_app(runtime), host="127.0.0.1", port=0)
+    served = uvicorn.Server(config)
+    task = asyncio.create_task(served.serve())
+    for _ in range(200):  # bounded: 10 s
+        if served.started or task.done():
+            break
+        await asyncio.sleep(0.05)
+    assert served.started, "uvicorn did not start"
+    port = int(served.servers[0].sockets[0].getsockname()[1])
+    try:
+        yield port
+    finally:
+        served.should_exit = True
+        await asyncio.wait_for(task, 10)
+
+
+async def _raw(port: int, request: bytes) -> bytes:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(request)
+        await writer.drain()
+        return await asyncio.wait_for(reader.read(65536), 5)
+    finally:
+        writer.close()
+
+
+def _rejected(metrics: str) -> float:
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(metrics)
+        for sample in family.samples
+        if sample.name == REJECTED
+    )
+
+
+async def _audit_rows(owner: AsyncEngine) -> int:
+    async with owner.connect() as conn:
+        return int(await conn.scalar(text("SELECT count(*) FROM audit_events")) or 0)
+
+
+async def _metrics(port: int) -> str:
+    answer = await _raw(
+        port, b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200"), head
+    return body.decode()
+
+
+async def test_parser_rejections_are_counted_and_logged_without_content(
+    server: int, owner_engine: AsyncEngine, span_exporter: InMemorySpanExporter
+) -> None:
+    before = _rejected(await _metrics(server))
+    rows_before = await _audit_rows(owner_engine)
+    with captured_logs() as events:
+        for request in MALFORMED:
+            answer = await _raw(server, request)
+            assert answer.startswith(b"HTTP/1.1 400"), answer
+    assert _rejected(await _metrics(server)) == before + len(MALFORMED)
+    # They never reached the app: no audit row (that is the limit docs/audit.md states).
+    assert await _audit_rows(owner_engine) == rows_before
+    rejected = [e for e in events if e.get("event") == "http_request_rejected_by_server"]
+    assert len(rejected) == len(MALFORMED)
+    assert CANARY not in repr(events)
+    assert all(set(e) <= {"event", "log_level", "status", "server"} for e in rejected), rejected
+
+
+async def test_a_well_formed_request_is_not_counted(
+    server: int, span_exporter: InMemorySpanExporter
+) -> None:
+    before = _rejected(await _metrics(server))
+    answer = await _raw(
+        server, b"GET /v1/memories HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )
+    assert answer.startswith(b"HTTP/1.1 401"), answer
+    assert _rejected(await _metrics(server)) == before
