@@ -113,7 +113,12 @@ async def exchange(
         "iat": now,
         "nbf": now,
         "exp": expires,
+        # Where the user's authority came from, so every request can check it is still live:
+        # disabling the client the user's token was issued to stops this token too.
+        "subject_issuer": verified.issuer.issuer,
     }
+    if verified.issuer.embedded:
+        claims["subject_client_id"] = user.client_id
     key = await active_signing_key(session, kek)
     header = {"alg": key.alg, "typ": "at+jwt", "kid": key.kid}
     body = {

@@ -200,7 +200,7 @@ def _exactly_our_audience(aud: object, expected: str) -> bool:
     """`aud` is the audience as a string, or a list holding only it (RFC 7519 allows both
     forms). joserfc accepts any list that contains it, but a token also meant for another API
     could be replayed here by that API, so a second audience refuses the token."""
-    return aud == expected or aud == [expected]
+    return aud in (expected, [expected])
 
 
 def _peek(token: str) -> tuple[dict[str, Any], dict[str, Any]]:
