@@ -247,10 +247,10 @@ async def test_audience_must_be_exactly_ours(api: Api, runtime: Runtime, alice: 
     ):
         token = sign(key, claims_for(runtime, alice, api.tenant_id, aud=aud))
         assert_token_rejected(await get_protected(api.http, token), token)
-    for aud in ("memgate", ["memgate"]):
-        token = sign(key, claims_for(runtime, alice, api.tenant_id, aud=aud))
+    for accepted in ("memgate", ["memgate"]):
+        token = sign(key, claims_for(runtime, alice, api.tenant_id, aud=accepted))
         response = await get_protected(api.http, token)
-        assert response.status_code == 200, (aud, response.text)
+        assert response.status_code == 200, (accepted, response.text)
 
 
 async def test_expiry_honours_the_leeway(api: Api, runtime: Runtime, alice: Agent) -> None:
