@@ -5,7 +5,8 @@ Built once at startup (`build_runtime`) and injected; tests build one per databa
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import asyncio
+from dataclasses import dataclass, field
 from datetime import timedelta
 
 import structlog
@@ -14,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from service.audit.pseudonyms import Pseudonyms
 from service.auth.issuer import IssuerConfig
 from service.auth.keys import KeyEncryptionKey, ensure_keys, published_jwks, rotate
+from service.auth.throttle import TokenGate
 from service.auth.tokens import CachedKeySet, TokenVerifier, TrustedIssuer, http_jwks_fetcher
 from service.db.models import EMBEDDING_DIMENSIONS
 from service.db.roles import login_problems
@@ -24,6 +26,8 @@ from service.settings import Settings
 
 EMBEDDED_KEYS_TTL_SECONDS = 60.0
 JWKS_CACHE_SECONDS = 600
+PLATFORM_AUDIT_SLOTS = 2
+"""One chain, one lock: a second slot overlaps one row's round trips with the next's lock wait."""
 """How long other verifiers may cache our JWKS (the `/.well-known/jwks.json` max-age is less)."""
 
 
@@ -40,6 +44,12 @@ class Runtime:
     pseudonyms: Pseudonyms
     login_problems: list[str]
     """Why the database login could leave the app role; `/readyz` fails while there are any."""
+    token_gate: TokenGate
+    """Admission to `/oauth/token` (in-flight bound, failed-authentication limits)."""
+    platform_audit_slots: asyncio.Semaphore = field(
+        default_factory=lambda: asyncio.Semaphore(PLATFORM_AUDIT_SLOTS)
+    )
+    """Connections the audit rows of unauthenticated calls may hold at once (recorder.py)."""
 
     async def close(self) -> None:
         await self.engine.dispose()
@@ -149,6 +159,11 @@ async def build_runtime(settings: Settings, database_url: str, embedder: Embedde
         embedded_keys=embedded_keys,
         pseudonyms=Pseudonyms(kek),
         login_problems=await _checked_login(engine),
+        token_gate=TokenGate(
+            max_in_flight=settings.auth.token_max_in_flight,
+            failure_burst=settings.auth.token_failure_burst,
+            failures_per_minute=settings.auth.token_failures_per_minute,
+        ),
     )
 
 

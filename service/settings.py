@@ -133,6 +133,14 @@ class AuthSettings:
     jwks_refetch_seconds: `MEMGATE_JWKS_REFETCH_SECONDS`; minimum gap between key refetches
         caused by an unknown `kid` (bounds what junk kids can cost).
     external_issuers: `MEMGATE_EXTERNAL_ISSUERS`; JSON list of `ExternalIssuer` fields.
+    token_max_in_flight: `MEMGATE_TOKEN_MAX_IN_FLIGHT`; token requests this process works on at
+        once (waiting for or running a secret check); more answer 503 with `Retry-After`.
+    token_failure_burst: `MEMGATE_TOKEN_FAILURE_BURST`; failed client authentications a client
+        id, and separately a source address, may have at once before answers turn to 429.
+    token_failures_per_minute: `MEMGATE_TOKEN_FAILURES_PER_MINUTE`; how fast that allowance
+        comes back. Both limits are per process (docs/security.md).
+    token_db_wait_seconds: `MEMGATE_TOKEN_DB_WAIT_SECONDS`; longest a token request waits for
+        the database (a pool connection, its lookups) before it answers 503.
     """
 
     audience: str = "memgate"
@@ -144,8 +152,21 @@ class AuthSettings:
     signing_alg: str = "ES256"
     jwks_refetch_seconds: float = 30.0
     external_issuers: tuple[ExternalIssuer, ...] = ()
+    token_max_in_flight: int = 16
+    token_failure_burst: int = 10
+    token_failures_per_minute: float = 10.0
+    token_db_wait_seconds: float = 2.0
 
     def __post_init__(self) -> None:
+        if self.token_max_in_flight < 1 or self.token_failure_burst < 1:
+            raise ValueError(
+                "MEMGATE_TOKEN_MAX_IN_FLIGHT and MEMGATE_TOKEN_FAILURE_BURST must be at least 1"
+            )
+        if self.token_failures_per_minute <= 0 or self.token_db_wait_seconds <= 0:
+            raise ValueError(
+                "MEMGATE_TOKEN_FAILURES_PER_MINUTE and MEMGATE_TOKEN_DB_WAIT_SECONDS must be "
+                "positive"
+            )
         if not 0 <= self.leeway_seconds <= 60:
             raise ValueError("MEMGATE_TOKEN_LEEWAY must be between 0 and 60 seconds")
         if self.signing_alg not in {"ES256", "EdDSA"}:
@@ -166,6 +187,10 @@ class AuthSettings:
             signing_alg=_env("MEMGATE_SIGNING_ALG", "ES256"),
             jwks_refetch_seconds=float(_env("MEMGATE_JWKS_REFETCH_SECONDS", "30")),
             external_issuers=tuple(ExternalIssuer.from_mapping(i) for i in issuers_raw),
+            token_max_in_flight=_env_int("MEMGATE_TOKEN_MAX_IN_FLIGHT", 16),
+            token_failure_burst=_env_int("MEMGATE_TOKEN_FAILURE_BURST", 10),
+            token_failures_per_minute=float(_env("MEMGATE_TOKEN_FAILURES_PER_MINUTE", "10")),
+            token_db_wait_seconds=float(_env("MEMGATE_TOKEN_DB_WAIT_SECONDS", "2")),
         )
 
 

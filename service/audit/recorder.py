@@ -20,6 +20,7 @@ import re
 import time
 import uuid
 from collections.abc import Iterable, MutableMapping
+from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
@@ -315,7 +316,10 @@ class _Call:
 
     async def _separately(self, builder: _RowBuilder, status: int, reason: str | None) -> bool:
         try:
-            async with self.runtime.sessionmaker.begin() as session:
+            async with (
+                self._platform_slot(),
+                self.runtime.sessionmaker.begin() as session,
+            ):
                 row = await builder.build(session, status, reason, self.request_id())
                 seq, row_hash = await append(session, row, path="separate")
                 await self._checkpoint_if_due(session, row.tenant_id, seq, row_hash)
@@ -346,6 +350,15 @@ class _Call:
         if tenant_id == PLATFORM_TENANT:
             return None
         return b"audit-receipt", f"seq={seq}; hash={row_hash.hex()}".encode()
+
+    def _platform_slot(self) -> AbstractAsyncContextManager[Any]:
+        """Rows of calls nobody authenticated all go to the platform tenant's chain, whose lock
+        appends them one at a time. A flood of refused token requests would otherwise hold a
+        pool connection per row just to wait for that lock (review item 1), so they take one of
+        a few slots *before* checking a connection out; other calls do not wait."""
+        if isinstance(self.scope.get("user"), Principal) or self.trail.issued is not None:
+            return nullcontext()
+        return self.runtime.platform_audit_slots
 
     @staticmethod
     async def _settle(session: AsyncSession | None, *, commit: bool) -> None:

@@ -5,18 +5,28 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+import structlog
 from litestar import Controller, Request, Response, get, post
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.audit.trail import IssuedIdentity, trail_of
 from service.auth.exchange import TOKEN_EXCHANGE, exchange_response
-from service.auth.issuer import issued_claims, presented_client_id, token_response
+from service.auth.issuer import (
+    TokenOutcome,
+    issued_claims,
+    presented_client_id,
+    token_response,
+)
 from service.auth.keys import published_jwks
-from service.auth.problems import oauth_problem
+from service.auth.problems import OAuthOverloaded, oauth_problem
 from service.auth.scopes import ALL_SCOPES
 from service.http.deps import Db, Rt
 from service.http.errors import PROBLEM_JSON
+from service.runtime import Runtime
 
 _NO_STORE = {"Cache-Control": "no-store", "Pragma": "no-cache"}
+_log = structlog.get_logger("memgate.auth")
 
 
 def _issued_identity(claims: dict[str, Any]) -> IssuedIdentity:
@@ -28,6 +38,54 @@ def _issued_identity(claims: dict[str, Any]) -> IssuedIdentity:
         token_id=str(claims["jti"]),
         scopes=tuple(str(claims["scope"]).split()),
         actor_subject=str(claims["act"]["sub"]) if isinstance(claims.get("act"), dict) else None,
+    )
+
+
+async def _run_grant(
+    request: Request[Any, Any, Any],
+    db: AsyncSession,
+    runtime: Runtime,
+    content_type: str,
+    items: list[tuple[str, str]],
+    authorization: str,
+) -> TokenOutcome:
+    wait = runtime.settings.auth.token_db_wait_seconds
+    if ("grant_type", TOKEN_EXCHANGE) in items:
+        return await exchange_response(
+            db,
+            runtime.sessionmaker,
+            runtime.issuer,
+            runtime.kek,
+            runtime.verifier,
+            db_wait=wait,
+            content_type=content_type,
+            items=items,
+            authorization=authorization,
+        )
+    return await token_response(
+        db,
+        runtime.sessionmaker,
+        runtime.issuer,
+        runtime.kek,
+        db_wait=wait,
+        content_type=content_type,
+        items=items,
+        authorization=authorization,
+    )
+
+
+def _refusal(
+    request: Request[Any, Any, Any], problem: OAuthOverloaded, presented: str | None
+) -> Response[dict[str, Any]]:
+    """429 or 503 with `Retry-After`, as problem+json with RFC 6749's members, audited."""
+    trail = trail_of(request)
+    trail.reason = problem.slug
+    trail.client_presented(presented)
+    return Response(
+        problem.to_body(instance=request.url.path),
+        status_code=problem.status,
+        headers=_NO_STORE | problem.headers(),
+        media_type=PROBLEM_JSON,
     )
 
 
@@ -49,34 +107,37 @@ class OAuthController(Controller):
         if content_type.lower().startswith("application/x-www-form-urlencoded"):
             items = [(k, v) for k, v in (await request.form()).multi_items() if isinstance(v, str)]
         authorization = request.headers.get("authorization", "")
-        if ("grant_type", TOKEN_EXCHANGE) in items:
-            status, body, extra = await exchange_response(
-                db,
-                runtime.issuer,
-                runtime.kek,
-                runtime.verifier,
-                content_type=content_type,
-                items=items,
-                authorization=authorization,
+        trail = trail_of(request)
+        presented = presented_client_id(items, authorization)
+        source = request.client.host if request.client else "unknown"
+        try:
+            # Turned away before any database or argon2 work (service/auth/throttle.py).
+            admission = runtime.token_gate.admit(presented, source)
+        except OAuthOverloaded as refused:
+            return _refusal(request, refused, presented)
+        outcome: TokenOutcome | None = None
+        try:
+            outcome = await _run_grant(request, db, runtime, content_type, items, authorization)
+        except (TimeoutError, SQLAlchemyError) as exc:
+            # A pool timeout or a database that does not answer: the client may retry, and the
+            # endpoint never answers 500 for it.
+            _log.warning("token_request_database_unavailable", error_type=type(exc).__name__)
+            busy = OAuthOverloaded(
+                "The token endpoint could not reach its database in time. Retry after 1 s.",
+                retry_after=1,
             )
-        else:
-            status, body, extra = await token_response(
-                db,
-                runtime.issuer,
-                runtime.kek,
-                content_type=content_type,
-                items=items,
-                authorization=authorization,
+            return _refusal(request, busy, presented)
+        finally:
+            admission.settle(
+                authenticated=outcome is not None and not outcome.failed_authentication
             )
+        status, body, extra = outcome.answer
         response_headers = dict(_NO_STORE)
         response_headers.update({k: v for k, v in extra if k.lower() == "www-authenticate"})
-        trail = trail_of(request)
         if status >= 400:
             problem = oauth_problem(str(body.get("error")), body.get("error_description"))
             trail.reason = problem.slug
-            trail.client_presented(
-                presented_client_id(items, request.headers.get("authorization", ""))
-            )
+            trail.client_presented(presented)
             return Response(
                 problem.to_body(instance=request.url.path),
                 status_code=status,

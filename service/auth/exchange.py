@@ -11,14 +11,14 @@ spaces both the user and the agent may see (service/policy/visible.py, and RLS).
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from typing import Any
 
-import anyio
 from joserfc import jwt
 from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from service.auth import issuer as oauth
 from service.auth.keys import KeyEncryptionKey, active_signing_key
@@ -34,32 +34,16 @@ ACCESS_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:access_token"  # noqa: S10
 _refuse = oauth.refusal
 
 
-async def _authenticated_client(
-    session: AsyncSession, request: oauth.TokenRequest
-) -> oauth.RegisteredClient | None:
-    """The calling client if its secret matches (the same argon2id work when it is unknown)."""
-    client = await oauth.load_client(session, request.client_id)
-    secret = request.form.get("client_secret")
-    if request.authorization:
-        secret = oauth.basic_secret(request.authorization.split(" ", 1)[1])
-    candidate = client or oauth.unknown_client(request.client_id or "")
-    matches = await anyio.to_thread.run_sync(
-        candidate.check_client_secret, secret or "", limiter=oauth.GRANTS_AT_ONCE
-    )
-    return client if matches and client is not None else None
-
-
 async def exchange(
     session: AsyncSession,
     config: oauth.IssuerConfig,
     kek: KeyEncryptionKey,
     verifier: TokenVerifier,
+    agent: oauth.RegisteredClient,
     request: oauth.TokenRequest,
 ) -> oauth.OAuthAnswer:
+    """The exchange for an agent client that has authenticated."""
     form = request.form
-    agent = await _authenticated_client(session, request)
-    if agent is None:
-        return _refuse(401, "invalid_client", "Client authentication failed.")
     if form.get("subject_token_type") != ACCESS_TOKEN_TYPE or not form.get("subject_token"):
         return _refuse(
             400,
@@ -113,7 +97,12 @@ async def exchange(
         "iat": now,
         "nbf": now,
         "exp": expires,
+        # Where the user's authority came from, so every request can check it is still live:
+        # disabling the client the user's token was issued to stops this token too.
+        "subject_issuer": verified.issuer.issuer,
     }
+    if verified.issuer.embedded:
+        claims["subject_client_id"] = user.client_id
     key = await active_signing_key(session, kek)
     header = {"alg": key.alg, "typ": "at+jwt", "kid": key.kid}
     body = {
@@ -128,16 +117,26 @@ async def exchange(
 
 async def exchange_response(
     session: AsyncSession,
+    lookup: async_sessionmaker[AsyncSession],
     config: oauth.IssuerConfig,
     kek: KeyEncryptionKey,
     verifier: TokenVerifier,
     *,
+    db_wait: float,
     content_type: str,
     items: list[tuple[str, str]],
     authorization: str,
-) -> oauth.OAuthAnswer:
-    """The token endpoint for `grant_type` = token exchange (the same request rules)."""
+) -> oauth.TokenOutcome:
+    """The token endpoint for `grant_type` = token exchange (the same request rules, and the
+    same authentication: no connection held while the secret is checked)."""
     checked = oauth.check_request(content_type, items, authorization)
     if not isinstance(checked, oauth.TokenRequest):
-        return checked
-    return await exchange(session, config, kek, verifier, checked)
+        return oauth.TokenOutcome(checked, failed_authentication=False)
+    agent = await oauth.authenticate(lookup, checked, db_wait=db_wait)
+    if agent is None:
+        refused = _refuse(401, "invalid_client", "Client authentication failed.")
+        return oauth.TokenOutcome(refused, failed_authentication=True)
+    # Past authentication: the subject token's checks and the signing key, within the wait.
+    async with asyncio.timeout(db_wait):
+        answer = await exchange(session, config, kek, verifier, agent, checked)
+    return oauth.TokenOutcome(answer, failed_authentication=False)

@@ -1,13 +1,18 @@
 """The embedded authorization server: OAuth 2 client credentials on authlib's grant machinery.
 
-authlib's core is synchronous, so the async parts (loading the client and the signing key) run
-first and the grant runs in a worker thread against those preloaded values; argon2 secret
-verification then does not block the event loop either.
+authlib's core is synchronous, so the async parts run first and the grant runs against
+preloaded values. The order bounds what an unauthenticated request can hold (review item 1):
+the client row is read in a short session of its own, whose connection goes back to the pool
+*before* the request queues for one of the two argon2 slots; only a client whose secret matched
+reads the signing key (in the request's transaction) and reaches authlib, which compares the
+presented secret with the one already verified instead of hashing again.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import hmac
 import json
 import time
 import uuid
@@ -24,7 +29,7 @@ from authlib.oauth2.rfc6749.errors import InvalidScopeError
 from authlib.oauth2.rfc6749.requests import BasicOAuth2Payload
 from joserfc import jwt
 from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from service.auth.keys import KeyEncryptionKey, SigningJwk, active_signing_key
 from service.auth.scopes import ADMIN_SCOPES
@@ -35,6 +40,10 @@ from service.db.models import Client, Principal
 # 20 ms and 19 MiB instead of the library default's 64 MiB, and at most two run at once.
 _hasher = PasswordHasher(time_cost=2, memory_cost=19_456, parallelism=1)
 GRANTS_AT_ONCE = anyio.CapacityLimiter(2)
+# Pool connections client lookups of token requests may hold at once: a lookup takes a few ms
+# and the hash ~20 ms, so two keep the slots busy while a burst of token requests cannot take
+# the connections other tenants' calls need.
+LOOKUPS_AT_ONCE = anyio.CapacityLimiter(2)
 # Verified when the client id is unknown, so a miss costs as long as a wrong secret.
 _DUMMY_HASH = _hasher.hash(uuid.uuid4().hex)
 
@@ -72,12 +81,17 @@ class RegisteredClient(ClientMixin):  # type: ignore[misc]
     kind: str
     secret_hash: str
     allowed_scopes: frozenset[str]
+    verified_secret: str | None = None
+    """The secret `authenticate` verified against the hash (None: none matched)."""
 
     def get_client_id(self) -> str:
         return self.client_id
 
     def check_client_secret(self, client_secret: str) -> bool:
-        return verify_secret(self.secret_hash, client_secret)
+        """authlib's check: the presented secret is the one already verified off the loop."""
+        if self.verified_secret is None:
+            return False
+        return hmac.compare_digest(client_secret.encode(), self.verified_secret.encode())
 
     def check_endpoint_auth_method(self, method: str, endpoint: str) -> bool:
         return method in {"client_secret_basic", "client_secret_post"}
@@ -217,6 +231,34 @@ def check_request(
     return TokenRequest(form, client_id, f"Basic {token}")
 
 
+def presented_secret(request: TokenRequest) -> str:
+    """The secret of the one authentication method `check_request` let through."""
+    if request.authorization:
+        return basic_secret(request.authorization.split(" ", 1)[1]) or ""
+    return request.form.get("client_secret", "")
+
+
+async def authenticate(
+    lookup: async_sessionmaker[AsyncSession], request: TokenRequest, *, db_wait: float
+) -> RegisteredClient | None:
+    """The calling client if its secret matches, else None (unknown, disabled and wrong-secret
+    ids cost the same argon2 work). The client is read in a session closed before the hash is
+    queued for, so no pool connection is held while waiting for an argon2 slot; at most
+    `LOOKUPS_AT_ONCE` such reads run at once, and one waits at most `db_wait` seconds
+    (TimeoutError)."""
+    async with asyncio.timeout(db_wait), LOOKUPS_AT_ONCE, lookup() as short:
+        client = await load_client(short, request.client_id)
+    secret = presented_secret(request)
+    candidate = client or unknown_client(request.client_id or "")
+    matches: bool = await anyio.to_thread.run_sync(
+        verify_secret, candidate.secret_hash, secret, limiter=GRANTS_AT_ONCE
+    )
+    if not matches or client is None:
+        return None
+    client.verified_secret = secret
+    return client
+
+
 async def load_client(session: AsyncSession, client_id: str | None) -> RegisteredClient | None:
     try:
         parsed = uuid.UUID(client_id or "")
@@ -285,31 +327,48 @@ def _token_generator(config: IssuerConfig, key: SigningJwk) -> Any:
     return generate
 
 
+def _no_token(*args: Any, **kwargs: Any) -> dict[str, Any]:
+    """The generator of a grant whose client did not authenticate: authlib refuses it first."""
+    raise RuntimeError("a token was generated for a client that did not authenticate")
+
+
+@dataclass(frozen=True)
+class TokenOutcome:
+    answer: OAuthAnswer
+    failed_authentication: bool
+    """A client secret was checked and did not match (what the failure limiter counts)."""
+
+
 async def token_response(
     session: AsyncSession,
+    lookup: async_sessionmaker[AsyncSession],
     config: IssuerConfig,
     kek: KeyEncryptionKey,
     *,
+    db_wait: float,
     content_type: str,
     items: list[tuple[str, str]],
     authorization: str,
-) -> OAuthAnswer:
-    """Run the token endpoint: (status, JSON body, headers). Errors use RFC 6749 §5.2 codes."""
+) -> TokenOutcome:
+    """Run the token endpoint. Errors use RFC 6749 §5.2 codes."""
     checked = check_request(content_type, items, authorization)
     if not isinstance(checked, TokenRequest):
-        return checked
-    client = await load_client(session, checked.client_id)
-    key = await active_signing_key(session, kek)
+        return TokenOutcome(checked, failed_authentication=False)
+    client = await authenticate(lookup, checked, db_wait=db_wait)
     server = _Server(client)
-    server.register_token_generator("default", _token_generator(config, key))
+    if client is None:
+        server.register_token_generator("default", _no_token)
+    else:
+        async with asyncio.timeout(db_wait):
+            key = await active_signing_key(session, kek)
+        server.register_token_generator("default", _token_generator(config, key))
     # authlib reads 'Authorization' case-sensitively; it gets nothing else of the request.
     request = _FormRequest(
         config.issuer + "/oauth/token", checked.form, {"Authorization": checked.authorization}
     )
-    result: OAuthAnswer = await anyio.to_thread.run_sync(
-        server.create_token_response, request, limiter=GRANTS_AT_ONCE
-    )
-    return result
+    # No hashing left in the grant (the secret was verified above): it runs on the loop.
+    answer: OAuthAnswer = server.create_token_response(request)
+    return TokenOutcome(answer, failed_authentication=client is None)
 
 
 def presented_client_id(items: list[tuple[str, str]], authorization: str) -> str | None:

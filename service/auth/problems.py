@@ -35,6 +35,31 @@ class OAuthInvalidScope(Problem, slug="oauth-invalid-scope", status=400, title=_
     """None of the requested scopes may be granted to this client."""
 
 
+class OAuthOverloaded(Problem, slug="oauth-overloaded", status=503, title="Token endpoint busy"):
+    """Too many token requests are in flight, or the database did not answer in time; retry
+    after `retry_after` seconds (also in `Retry-After`). Tokens already issued keep working.
+    Carries RFC 6749's members too (`error`: `temporarily_unavailable`)."""
+
+    def __init__(self, detail: str, *, retry_after: int) -> None:
+        super().__init__(
+            detail,
+            error="temporarily_unavailable",
+            error_description=detail,
+            retry_after=retry_after,
+        )
+        self.retry_after = retry_after
+
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(self.retry_after)}
+
+
+class OAuthTooManyFailures(
+    OAuthOverloaded, slug="oauth-too-many-failures", status=429, title="Too many failed attempts"
+):
+    """This client id or this source address failed client authentication too often lately;
+    retry after `retry_after` seconds (also in `Retry-After`) with the right credentials."""
+
+
 OAUTH_PROBLEMS: dict[str, type[Problem]] = {
     "invalid_request": OAuthInvalidRequest,
     "invalid_client": OAuthInvalidClient,

@@ -52,7 +52,8 @@ async def resolve_principal(session: AsyncSession, token: VerifiedToken) -> Prin
 
 async def _delegated(session: AsyncSession, token: VerifiedToken) -> Principal:
     """A token-exchange token (`sub` = the user, `act.sub` = the agent whose client holds it):
-    both enabled, the client the agent's, the user's consent still there. Only our own issuer's
+    both enabled, the client the agent's, the client the user's token was issued to still
+    enabled (when that token was ours), the user's consent still there. Only our own issuer's
     delegations count, one level deep, and never with admin scopes."""
     act = token.act or {}
     if not token.issuer.embedded or "act" in act:
@@ -60,10 +61,12 @@ async def _delegated(session: AsyncSession, token: VerifiedToken) -> Principal:
     try:
         user_id, agent_id = uuid.UUID(token.subject), uuid.UUID(str(act.get("sub")))
         client_id = uuid.UUID(token.client_id)
+        user_client_id = _user_client_of(token)
     except ValueError:
         raise TokenRejected("malformed delegation") from None
     user = aliased(PrincipalRow)
-    consented = await session.scalar(
+    user_client = aliased(Client)
+    statement = (
         select(Delegation.agent_id)
         .join(
             user,
@@ -89,6 +92,14 @@ async def _delegated(session: AsyncSession, token: VerifiedToken) -> Principal:
             Client.disabled_at.is_(None),
         )
     )
+    if user_client_id is not None:
+        # The user's own client, still enabled (the same round trip).
+        statement = statement.join(
+            user_client,
+            (user_client.tenant_id == Delegation.tenant_id)
+            & (user_client.principal_id == Delegation.user_id),
+        ).where(user_client.client_id == user_client_id, user_client.disabled_at.is_(None))
+    consented = await session.scalar(statement)
     if consented is None:
         raise TokenRejected("the delegation is unknown, revoked or disabled")
     return Principal(
@@ -101,6 +112,19 @@ async def _delegated(session: AsyncSession, token: VerifiedToken) -> Principal:
         act=token.act,
         actor_id=agent_id,
     )
+
+
+def _user_client_of(token: VerifiedToken) -> uuid.UUID | None:
+    """The client the user's own token was issued to, when that token was ours; None when the
+    user came from an external IdP (which alone can stop that client). A delegated token that
+    does not say where the user's authority came from is refused: one from before
+    this check lives at most the token lifetime."""
+    subject_issuer = token.claims.get("subject_issuer")
+    if not isinstance(subject_issuer, str):
+        raise TokenRejected("malformed delegation")
+    if subject_issuer != token.issuer.issuer:
+        return None
+    return uuid.UUID(str(token.claims.get("subject_client_id")))
 
 
 async def _embedded_principal(session: AsyncSession, token: VerifiedToken) -> _Holder | None:

@@ -179,7 +179,7 @@ class TokenVerifier:
     def _check_claims(self, issuer: TrustedIssuer, claims: dict[str, Any]) -> None:
         required: dict[str, Any] = {
             "iss": {"essential": True, "value": issuer.issuer},
-            "aud": {"essential": True, "value": issuer.audience},
+            "aud": {"essential": True},
             "exp": {"essential": True},
             "iat": {"essential": True},
             issuer.subject_claim: {"essential": True},
@@ -190,8 +190,17 @@ class TokenVerifier:
             JWTClaimsRegistry(leeway=self._leeway, **required).validate(claims)
         except JoseError as exc:
             raise TokenRejected(f"claim check failed: {exc.error}") from exc
+        if not _exactly_our_audience(claims["aud"], issuer.audience):
+            raise TokenRejected("the audience is not exactly this service")
         if claims["exp"] - claims["iat"] > self._max_ttl:
             raise TokenRejected("token lifetime exceeds the maximum")
+
+
+def _exactly_our_audience(aud: object, expected: str) -> bool:
+    """`aud` is the audience as a string, or a list holding only it (RFC 7519 allows both
+    forms). joserfc accepts any list that contains it, but a token also meant for another API
+    could be replayed here by that API, so a second audience refuses the token."""
+    return aud in (expected, [expected])
 
 
 def _peek(token: str) -> tuple[dict[str, Any], dict[str, Any]]:

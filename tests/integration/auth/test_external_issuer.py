@@ -241,6 +241,8 @@ async def test_idp_tokens_must_pass_the_whole_checklist(ext_api: Api, idp: FakeI
         sign(key, idp_claims(tenant), typ=None),
         sign(key, idp_claims(tenant, aud="someone-else")),
         sign(key, idp_claims(tenant, aud=None)),
+        sign(key, idp_claims(tenant, aud=["other-api", "memgate"])),  # review item 9
+        sign(key, idp_claims(tenant, aud=["memgate", "account"])),
         sign(key, idp_claims(tenant, exp=now - 120)),
         sign(key, idp_claims(tenant, nbf=now + 120)),
         sign(key, idp_claims(tenant, exp=now + 7200)),  # beyond the max lifetime

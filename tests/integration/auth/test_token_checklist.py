@@ -234,6 +234,25 @@ async def test_wrong_audience_is_rejected(api: Api, runtime: Runtime, alice: Age
         assert_token_rejected(await get_protected(api.http, token), token)
 
 
+async def test_audience_must_be_exactly_ours(api: Api, runtime: Runtime, alice: Agent) -> None:
+    """Review item 9: `aud` is our audience as a string, or a list holding only it. A token
+    also meant for another API is refused: that API could replay it here."""
+    key = await embedded_key(runtime)
+    for aud in (
+        ["other-api", "memgate"],
+        ["memgate", "other-api"],
+        ["memgate", "memgate"],
+        [["memgate"]],
+        {"memgate": True},
+    ):
+        token = sign(key, claims_for(runtime, alice, api.tenant_id, aud=aud))
+        assert_token_rejected(await get_protected(api.http, token), token)
+    for accepted in ("memgate", ["memgate"]):
+        token = sign(key, claims_for(runtime, alice, api.tenant_id, aud=accepted))
+        response = await get_protected(api.http, token)
+        assert response.status_code == 200, (accepted, response.text)
+
+
 async def test_expiry_honours_the_leeway(api: Api, runtime: Runtime, alice: Agent) -> None:
     assert runtime.settings.auth.leeway_seconds == 30
     key = await embedded_key(runtime)

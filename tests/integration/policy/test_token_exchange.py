@@ -13,6 +13,13 @@ from sqlalchemy import text
 
 from service.auth.exchange import ACCESS_TOKEN_TYPE, TOKEN_EXCHANGE
 from tests.fixtures.api import MEMORY_SCOPES, Agent, Api
+from tests.integration.auth.forge import (
+    assert_token_rejected,
+    claims_for,
+    embedded_key,
+    get_protected,
+    sign,
+)
 from tests.integration.memory.support import as_owner, assert_problem
 
 
@@ -200,3 +207,68 @@ async def test_changing_delegates_needs_the_manage_delegates_scope(api: Api) -> 
     assert (await _exchange(api, agent, user.token)).status_code == 200
     assert_problem(await api.http.delete(path, headers=headers), 403, "insufficient-scope")
     assert (await _exchange(api, agent, user.token)).status_code == 200
+
+
+async def test_disabling_the_users_client_stops_its_delegated_tokens(api: Api) -> None:
+    """Review item 11: the delegated token came from the user's token, so disabling the client
+    that token was issued to stops the delegated token at once too, not at its `exp`."""
+    world = await _world(api)
+    user, agent = world["user"], world["agent"]
+    await api.http.put(
+        f"/v1/principals/{user.principal_id}/delegates/{agent.principal_id}", headers=user.headers
+    )
+    delegated = (await _exchange(api, agent, user.token)).json()["access_token"]
+    assert _claims(delegated)["subject_client_id"] == user.client_id
+    headers = {"Authorization": f"Bearer {delegated}"}
+    listed = await api.http.get("/v1/memories", headers=headers)
+    assert listed.status_code == 200
+    assert world["shared"]["id"] in {m["id"] for m in listed.json()["items"]}
+
+    disabled = await api.http.post(
+        f"/v1/clients/{user.client_id}/disable", headers=api.admin.headers
+    )
+    assert disabled.status_code == 200
+    after = await api.http.get("/v1/memories", headers=headers)
+    assert_problem(after, 401, "unauthenticated")
+    assert world["shared"]["id"] not in after.text
+    # The agent's own token is not the user's client: it keeps working.
+    own = await api.http.get("/v1/memories", headers=agent.headers)
+    assert own.status_code == 200
+    assert world["own"]["id"] in {m["id"] for m in own.json()["items"]}
+
+    enabled = await api.http.post(f"/v1/clients/{user.client_id}/enable", headers=api.admin.headers)
+    assert enabled.status_code == 200
+    assert (await api.http.get("/v1/memories", headers=headers)).status_code == 200
+
+
+async def test_a_delegated_token_must_name_the_users_client(api: Api) -> None:
+    """Signed by us but not saying where the user's authority came from (or naming a client
+    the user does not hold): refused, so the user's client check cannot be skipped."""
+    world = await _world(api)
+    user, agent = world["user"], world["agent"]
+    await api.http.put(
+        f"/v1/principals/{user.principal_id}/delegates/{agent.principal_id}", headers=user.headers
+    )
+    key = await embedded_key(api.runtime)
+    delegation = {"act": {"sub": agent.principal_id}, "client_id": agent.client_id}
+    issuer = api.runtime.settings.server.public_url
+    good = sign(
+        key,
+        claims_for(
+            api.runtime,
+            user,
+            api.tenant_id,
+            **delegation,
+            subject_issuer=issuer,
+            subject_client_id=user.client_id,
+        ),
+    )
+    assert (await get_protected(api.http, good)).status_code == 200
+    for extra in (
+        {},
+        {"subject_issuer": issuer},
+        {"subject_issuer": issuer, "subject_client_id": agent.client_id},
+        {"subject_issuer": issuer, "subject_client_id": "not-a-uuid"},
+    ):
+        token = sign(key, claims_for(api.runtime, user, api.tenant_id, **delegation, **extra))
+        assert_token_rejected(await get_protected(api.http, token), token)
