@@ -18,6 +18,7 @@ from service.auth.scopes import ADMIN_SCOPES
 from service.auth.tokens import TokenRejected, VerifiedToken
 from service.db.models import Client, Delegation
 from service.db.models import Principal as PrincipalRow
+from service.db.tenancy import name_tenant
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,8 @@ class _Holder:
 
 
 async def resolve_principal(session: AsyncSession, token: VerifiedToken) -> Principal:
+    # The verified token names the tenant; row-level security shows nothing until it is named.
+    await name_tenant(session, token.tenant_id)
     if token.act is not None:
         return await _delegated(session, token)
     if token.issuer.embedded:
