@@ -3,13 +3,24 @@ could insert was published in the JWKS, and tokens it signed were accepted for a
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncConnection
 
+from service.__main__ import main
+from service.auth.keys import published_jwks
+from service.db.session import create_engine
+from service.embeddings import Embedder
+from service.runtime import build_runtime
+from service.settings import Settings
 from tests.fixtures.api import Api
+from tests.fixtures.postgres import app_login
 from tests.integration.auth.forge import (
     assert_token_rejected,
     attacker_key,
@@ -64,3 +75,42 @@ async def test_the_app_role_cannot_change_or_drop_keys(api: Api, statement: str)
     # The keys still sign: a fresh token works.
     token = await api.access_token(api.admin.client_id, api.admin.secret)
     assert (await get_protected(api.http, token)).status_code == 200
+
+
+async def test_without_owner_access_a_keyless_service_refuses_to_start(
+    settings: Settings, embedder: Embedder
+) -> None:
+    """The app's login alone cannot make the first keys (the cloned template has none)."""
+    with pytest.raises(SystemExit) as refused:
+        await build_runtime(settings, app_login(settings.database.url), embedder)
+    assert "memgate migrate" in str(refused.value)
+    async with owner_connection(settings.database.url) as conn:
+        assert (await conn.execute(text("SELECT count(*) FROM signing_keys"))).scalar_one() == 0
+
+
+async def test_migrate_makes_the_keys_as_the_owner(
+    settings: Settings, embedder: Embedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DATABASE_URL", settings.database.url)
+    monkeypatch.setenv("MEMGATE_DATA_DIR", str(settings.database.data_dir))
+    monkeypatch.setenv("MEMGATE_KEY_ENCRYPTION_KEY", settings.auth.key_encryption_key)
+    assert await asyncio.to_thread(main, ["migrate"]) == 0
+    async with owner_connection(settings.database.url) as conn:
+        states = (await conn.execute(text("SELECT state FROM signing_keys"))).scalars().all()
+    assert sorted(states) == ["active", "next"]
+    runtime = await build_runtime(settings, app_login(settings.database.url), embedder)
+    try:
+        async with runtime.sessionmaker() as session:
+            assert len((await published_jwks(session))["keys"]) == 2
+    finally:
+        await runtime.close()
+
+
+@asynccontextmanager
+async def owner_connection(url: str) -> AsyncIterator[AsyncConnection]:
+    engine = create_engine(url, pool_size=1)
+    try:
+        async with engine.connect() as conn:
+            yield conn
+    finally:
+        await engine.dispose()
