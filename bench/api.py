@@ -60,7 +60,9 @@ async def _timed(call: Callable[[int], Awaitable[httpx.Response]], count: int) -
 
 
 async def new_runtime(url: str) -> Runtime:
-    return await build_runtime(_settings(url, Path(tempfile.mkdtemp())), url, WordLlamaEmbedder())
+    return await build_runtime(
+        _settings(url, Path(tempfile.mkdtemp())), url, WordLlamaEmbedder(), owner_url=url
+    )
 
 
 async def agent_credentials(client: httpx.AsyncClient, runtime: Runtime) -> tuple[str, str]:

@@ -127,7 +127,7 @@ def _print_banner(settings: Settings, admin: AdminClient | None, started: float)
     print("\n".join(lines), flush=True)
 
 
-async def _serve(settings: Settings, url: str, started: float) -> None:
+async def _serve(settings: Settings, url: str, owner_url: str, started: float) -> None:
     import uvicorn
 
     from service.app import create_app
@@ -135,7 +135,10 @@ async def _serve(settings: Settings, url: str, started: float) -> None:
     from service.http.server import server_config
     from service.runtime import build_runtime
 
-    runtime = await build_runtime(settings, url, create_embedder(settings.embedding))
+    # serve migrates as the owner already, so it also makes missing signing keys as the owner.
+    runtime = await build_runtime(
+        settings, url, create_embedder(settings.embedding), owner_url=owner_url
+    )
     try:
         admin = await _bootstrap(settings, runtime)
         config = server_config(
@@ -179,7 +182,7 @@ def cmd_serve(settings: Settings) -> int:
     ):
         upgrade(urls.owner)
         app_url = urls.app_login(settings)
-        asyncio.run(_serve(settings, app_url, started))
+        asyncio.run(_serve(settings, app_url, urls.owner, started))
     return 0
 
 
@@ -205,11 +208,24 @@ def _stopped_by_signals() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
+def _provision_keys(settings: Settings, owner_url: str) -> None:
+    """The embedded issuer's first keys, made by the owner: the app role cannot write them."""
+    from service.auth.keys import KeyEncryptionKey
+    from service.runtime import as_owner, provision_signing_keys
+
+    kek = KeyEncryptionKey.from_setting_or_file(
+        settings.auth.key_encryption_key, settings.database.data_dir
+    )
+    asyncio.run(as_owner(owner_url, lambda s: provision_signing_keys(settings, s, kek)))
+
+
 def cmd_migrate(settings: Settings) -> int:
     from service.db.migrate import upgrade
 
     with database_urls(settings) as urls:
         upgrade(urls.owner)
+        if settings.auth.embedded_issuer:
+            _provision_keys(settings, urls.owner)
     print("migrations at head")
     return 0
 
@@ -243,9 +259,18 @@ def _with_keys(settings: Settings, job: Callable[[Any, Any], Awaitable[T]]) -> T
 
 
 def cmd_rotate_keys(settings: Settings) -> int:
-    from service.runtime import rotate_signing_keys
+    """As the owner (`MEMGATE_MIGRATION_DATABASE_URL`, else `DATABASE_URL`): the app role may
+    read signing keys but not write them."""
+    from service.auth.keys import KeyEncryptionKey
+    from service.runtime import as_owner, rotate_signing_keys
 
-    kid = _with_keys(settings, lambda sessions, kek: rotate_signing_keys(settings, sessions, kek))
+    kek = KeyEncryptionKey.from_setting_or_file(
+        settings.auth.key_encryption_key, settings.database.data_dir
+    )
+    with database_urls(settings) as urls:
+        kid = asyncio.run(
+            as_owner(urls.owner, lambda sessions: rotate_signing_keys(settings, sessions, kek))
+        )
     print(f"active signing key is now {kid}")
     return 0
 

@@ -6,15 +6,23 @@ Built once at startup (`build_runtime`) and injected; tests build one per databa
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import TypeVar
 
 import structlog
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from service.audit.pseudonyms import Pseudonyms
 from service.auth.issuer import IssuerConfig
-from service.auth.keys import KeyEncryptionKey, ensure_keys, published_jwks, rotate
+from service.auth.keys import (
+    KeyEncryptionKey,
+    ensure_keys,
+    has_active_key,
+    published_jwks,
+    rotate,
+)
 from service.auth.throttle import TokenGate
 from service.auth.tokens import CachedKeySet, TokenVerifier, TrustedIssuer, http_jwks_fetcher
 from service.db.models import EMBEDDING_DIMENSIONS
@@ -24,6 +32,7 @@ from service.embeddings import Embedder, EmbeddingFailed, EmbeddingInvalid, trac
 from service.observability.telemetry import instrument_engine
 from service.settings import Settings
 
+T = TypeVar("T")
 EMBEDDED_KEYS_TTL_SECONDS = 60.0
 JWKS_CACHE_SECONDS = 600
 PLATFORM_AUDIT_SLOTS = 2
@@ -54,18 +63,43 @@ class Runtime:
     async def close(self) -> None:
         await self.engine.dispose()
 
-    async def rotate_signing_keys(self) -> str:
-        """Rotate the embedded issuer's keys; this process sees the new key at once."""
-        kid = await rotate_signing_keys(self.settings, self.sessionmaker, self.kek)
+    async def rotate_signing_keys(self, owner_url: str) -> str:
+        """Rotate the embedded issuer's keys as the owner (`owner_url`: the app role may not
+        write them); this process sees the new key at once."""
+        kid = await as_owner(
+            owner_url, lambda sessions: rotate_signing_keys(self.settings, sessions, self.kek)
+        )
         self.embedded_keys.invalidate()
         return kid
+
+
+async def as_owner(
+    owner_url: str, job: Callable[[async_sessionmaker[AsyncSession]], Awaitable[T]]
+) -> T:
+    """Run `job` on a short-lived engine logged in as the tables' owner (no `SET ROLE`): for
+    the few writes the app role may not make, such as token signing keys (review item 5)."""
+    engine = create_engine(owner_url, pool_size=1)
+    try:
+        return await job(create_sessionmaker(engine))
+    finally:
+        await engine.dispose()
+
+
+async def provision_signing_keys(
+    settings: Settings, sessionmaker: async_sessionmaker[AsyncSession], kek: KeyEncryptionKey
+) -> None:
+    """As the owner: an `active` and a `next` key exist (first start, or after cleanup)."""
+    async with sessionmaker.begin() as session:
+        await ensure_keys(session, settings.auth.signing_alg, kek)
 
 
 async def rotate_signing_keys(
     settings: Settings, sessionmaker: async_sessionmaker[AsyncSession], kek: KeyEncryptionKey
 ) -> str:
-    """One rotation (also `memgate keys rotate`). Retired keys are kept for the longest token
-    lifetime plus the JWKS cache time plus leeway, so every token they signed still verifies."""
+    """One rotation (also `memgate keys rotate`), on an owner's `sessionmaker`: the app role
+    cannot write `signing_keys`, so a stolen app login cannot plant a key of its own. Retired
+    keys are kept for the longest token lifetime plus the JWKS cache time plus leeway, so every
+    token they signed still verifies."""
     auth = settings.auth
     keep = timedelta(seconds=auth.max_token_ttl_seconds + JWKS_CACHE_SECONDS + auth.leeway_seconds)
     async with sessionmaker.begin() as session:
@@ -89,7 +123,12 @@ async def check_embedder(embedder: Embedder) -> None:
         ) from None
 
 
-async def build_runtime(settings: Settings, database_url: str, embedder: Embedder) -> Runtime:
+async def build_runtime(
+    settings: Settings, database_url: str, embedder: Embedder, *, owner_url: str | None = None
+) -> Runtime:
+    """The runtime on the app's login `database_url`. With `owner_url` (the embedded service,
+    which migrates as the owner anyway, and tests) missing signing keys are made as the owner;
+    without it they must exist already (`memgate migrate` makes them)."""
     await check_embedder(embedder)
     engine = create_engine(
         database_url, pool_size=settings.database.pool_size, role=settings.database.app_role
@@ -123,8 +162,17 @@ async def build_runtime(settings: Settings, database_url: str, embedder: Embedde
                 embedded=True,
             )
         )
-        async with sessionmaker.begin() as session:
-            await ensure_keys(session, settings.auth.signing_alg, kek)
+        if owner_url is not None:
+            await as_owner(
+                owner_url, lambda sessions: provision_signing_keys(settings, sessions, kek)
+            )
+        async with sessionmaker() as session:
+            if not await has_active_key(session):
+                raise SystemExit(
+                    "The embedded issuer has no active signing key, and the app's database "
+                    "login may not make one. Run `memgate migrate` (with the owner's "
+                    "MEMGATE_MIGRATION_DATABASE_URL) to create the keys, then start again."
+                )
     for external in settings.auth.external_issuers:
         issuers.append(
             TrustedIssuer(

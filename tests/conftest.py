@@ -102,7 +102,9 @@ def settings(database_url: str, tmp_path: Path) -> Settings:
 
 @pytest.fixture
 async def runtime(settings: Settings, embedder: Embedder) -> AsyncIterator[Runtime]:
-    built = await build_runtime(settings, app_login(settings.database.url), embedder)
+    built = await build_runtime(
+        settings, app_login(settings.database.url), embedder, owner_url=settings.database.url
+    )
     yield built
     await built.close()
 

@@ -37,6 +37,7 @@ from service.audit.trail import AuditTrail, attach_trail
 from service.auth.principal import Principal
 from service.auth.scopes import ALL_SCOPES
 from service.auth.tokens import VerifiedToken, presented_issuer
+from service.db.tenancy import name_tenant
 from service.observability.logging import request_id_of
 from service.observability.telemetry import (
     AUDIT_APPEND_DURATION,
@@ -198,6 +199,20 @@ class _RowBuilder:
         }
         return AuditRow(**common, **(await self._who(session)))
 
+    def tenant(self) -> uuid.UUID:
+        """The chain the row goes to: the caller's tenant, the tenant a token request proved,
+        or the platform chain."""
+        principal = self.scope.get("user")
+        if isinstance(principal, Principal) and isinstance(self.scope.get("auth"), VerifiedToken):
+            return principal.tenant_id
+        if self.trail.issued is not None:
+            return self.trail.issued.tenant_id
+        return PLATFORM_TENANT
+
+    def caller_named(self) -> bool:
+        """Whether the request's transaction already names its caller (trail.py)."""
+        return isinstance(self.scope.get("user"), Principal)
+
     async def _who(self, session: AsyncSession) -> dict[str, Any]:
         principal = self.scope.get("user")
         verified = self.scope.get("auth")
@@ -297,6 +312,10 @@ class _Call:
     ) -> ServiceUnavailable | None:
         """The row in the call's own transaction, committed with the call's writes."""
         try:
+            if not builder.caller_named():
+                # `audit_append()` writes only to the tenant the transaction names; a request
+                # with a caller named it when it began, and keeps it (review item 6).
+                await name_tenant(session, builder.tenant())
             row = await builder.build(session, status, None, self.request_id())
             seq, row_hash = await append(session, row, path="in_request")
             await self._checkpoint_if_due(session, row.tenant_id, seq, row_hash)
@@ -320,6 +339,7 @@ class _Call:
                 self._platform_slot(),
                 self.runtime.sessionmaker.begin() as session,
             ):
+                await name_tenant(session, builder.tenant())
                 row = await builder.build(session, status, reason, self.request_id())
                 seq, row_hash = await append(session, row, path="separate")
                 await self._checkpoint_if_due(session, row.tenant_id, seq, row_hash)

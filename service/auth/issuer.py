@@ -28,12 +28,11 @@ from authlib.oauth2.rfc6749 import ClientMixin, grants
 from authlib.oauth2.rfc6749.errors import InvalidScopeError
 from authlib.oauth2.rfc6749.requests import BasicOAuth2Payload
 from joserfc import jwt
-from sqlalchemy import select
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from service.auth.keys import KeyEncryptionKey, SigningJwk, active_signing_key
 from service.auth.scopes import ADMIN_SCOPES
-from service.db.models import Client, Principal
 
 # Client secrets are 256 random bits, so the hash only has to make a leaked table useless, not
 # slow down guessing. OWASP's argon2id minimum (19 MiB, t=2, p=1) keeps one verification near
@@ -231,6 +230,14 @@ def check_request(
     return TokenRequest(form, client_id, f"Basic {token}")
 
 
+# The one read before the tenant is known: a SECURITY DEFINER function returning only what the
+# grant needs (row-level security hides every tenant's clients until one is named).
+_TOKEN_CLIENT = text(
+    "SELECT tenant_id, principal_id, kind, secret_hash, allowed_scopes "
+    "FROM memgate_token_client(:client_id)"
+)
+
+
 def presented_secret(request: TokenRequest) -> str:
     """The secret of the one authentication method `check_request` let through."""
     if request.authorization:
@@ -264,24 +271,11 @@ async def load_client(session: AsyncSession, client_id: str | None) -> Registere
         parsed = uuid.UUID(client_id or "")
     except ValueError:
         return None
-    row = (
-        await session.execute(
-            select(Client)
-            .join(
-                Principal,
-                (Principal.tenant_id == Client.tenant_id) & (Principal.id == Client.principal_id),
-            )
-            .where(
-                Client.client_id == parsed,
-                Client.disabled_at.is_(None),
-                Principal.disabled_at.is_(None),
-            )
-        )
-    ).scalar_one_or_none()
+    row = (await session.execute(_TOKEN_CLIENT, {"client_id": parsed})).one_or_none()
     if row is None:
         return None
     return RegisteredClient(
-        client_id=str(row.client_id),
+        client_id=str(parsed),
         tenant_id=row.tenant_id,
         principal_id=row.principal_id,
         kind=row.kind,

@@ -3,6 +3,10 @@
 Life cycle: a `next` key is published in the JWKS before it signs anything, so every verifier
 already knows it when rotation promotes it to `active`; the old active key turns `retired` and
 keeps verifying until tokens it signed have expired, then it is dropped.
+
+Only the owner role writes keys (`ensure_keys`, `rotate` take an owner's session): the app role
+reads them and nothing more, so a stolen app login cannot publish a key of its own (review
+item 5).
 """
 
 from __future__ import annotations
@@ -122,6 +126,12 @@ async def rotate(session: AsyncSession, alg: str, kek: KeyEncryptionKey, keep: t
     if promoted is None:
         raise RuntimeError("no 'next' signing key to promote")
     return str(promoted)
+
+
+async def has_active_key(session: AsyncSession) -> bool:
+    return (
+        await session.scalar(select(SigningKey.kid).where(SigningKey.state == "active"))
+    ) is not None
 
 
 async def active_signing_key(session: AsyncSession, kek: KeyEncryptionKey) -> SigningJwk:

@@ -20,6 +20,7 @@ from service.auth.scopes import ADMIN_SCOPES
 from service.auth.tokens import TokenRejected, VerifiedToken
 from service.db.models import CasbinRule, Client, Delegation
 from service.db.models import Principal as PrincipalRow
+from service.db.tenancy import name_tenant
 from service.policy.rules import EXTERNAL_ADMIN
 
 
@@ -30,6 +31,8 @@ class _Holder:
 
 
 async def resolve_principal(session: AsyncSession, token: VerifiedToken) -> Principal:
+    # The verified token names the tenant; row-level security shows nothing until it is named.
+    await name_tenant(session, token.tenant_id)
     if token.act is not None:
         return await _delegated(session, token)
     if token.issuer.embedded:

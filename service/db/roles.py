@@ -26,7 +26,10 @@ _LOGIN_PROBLEMS = text(
            (SELECT rolbypassrls OR rolsuper FROM pg_roles WHERE rolname = current_user)
                AS app_role_bypasses,
            (SELECT relforcerowsecurity FROM pg_class WHERE oid = to_regclass(:guarded))
-               AS rls_forced
+               AS rls_forced,
+           has_table_privilege('signing_keys', 'INSERT')
+               OR has_table_privilege('signing_keys', 'UPDATE')
+               OR has_table_privilege('signing_keys', 'DELETE') AS writes_keys
       FROM pg_roles r, pg_class c
      WHERE r.rolname = session_user AND c.oid = 'audit_events'::regclass
     """
@@ -66,4 +69,7 @@ async def login_problems(engine: AsyncEngine) -> list[str]:
         found.append("the app role bypasses row-level security")
     if not row.rls_forced:
         found.append("row-level security is not forced on memories")
+    if row.writes_keys:
+        # It could publish a token key of its own (review item 5).
+        found.append("the app role may write token signing keys")
     return found

@@ -22,6 +22,7 @@ from service.auth.principal import Principal as Caller
 from service.auth.scopes import ADMIN_SCOPES, ALL_SCOPES, Scope
 from service.db.base import uuid7
 from service.db.models import Client, Principal, RoleAssignment, Space, Tenant
+from service.db.tenancy import name_tenant
 from service.identity.problems import (
     ClientNotFound,
     ExternalSubjectTaken,
@@ -344,6 +345,8 @@ async def create_tenant(session: AsyncSession, name: str) -> BootstrapResult:
     """A tenant with an admin user and an admin client holding every scope."""
     tenant = Tenant(tenant_id=uuid.uuid4(), name=name)
     session.add(tenant)
+    # Its rows are written under row-level security, keyed on the tenant the transaction names.
+    await name_tenant(session, tenant.tenant_id)
     await session.flush()
     identity = IdentityService(session, tenant.tenant_id)
     admin = await identity.create_principal(PrincipalCreate(kind="user", display_name="admin"))

@@ -165,7 +165,9 @@ async def test_a_call_and_its_audit_row_hold_one_connection_at_a_time(
     actor map) while the call held its own: a burst on a cold process starved the pool and
     answered 503s after the pool timeout. Now one call never holds two connections."""
     alice = await api.new_agent("alice")
-    cold = await build_runtime(settings, app_login(settings.database.url), embedder)
+    cold = await build_runtime(
+        settings, app_login(settings.database.url), embedder, owner_url=settings.database.url
+    )
     held, most = 0, 0
 
     def checkout(*_: Any) -> None:

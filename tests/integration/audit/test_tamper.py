@@ -106,7 +106,9 @@ async def test_leaving_the_app_role_gains_nothing(api: Api, statement: str) -> N
 async def test_an_owner_login_is_reported_and_readyz_fails(
     settings: Settings, embedder: Embedder
 ) -> None:
-    owner_runtime = await build_runtime(settings, settings.database.url, embedder)
+    owner_runtime = await build_runtime(
+        settings, settings.database.url, embedder, owner_url=settings.database.url
+    )
     try:
         assert "the database login is a superuser" in owner_runtime.login_problems
         async with AsyncTestClient(app=create_app(owner_runtime), base_url=PUBLIC_URL) as http:

@@ -125,7 +125,9 @@ async def idp_app(
         external_issuers=(ExternalIssuer(issuer=IDP, audience="memgate", jwks_url=idp.url),),
         **auth,
     )
-    runtime = await build_runtime(settings, app_login(database_url), embedder)
+    runtime = await build_runtime(
+        settings, app_login(database_url), embedder, owner_url=database_url
+    )
     try:
         async with AsyncTestClient(app=create_app(runtime), base_url=PUBLIC_URL) as client:
             yield await Api.bootstrap(client, runtime)

@@ -24,7 +24,7 @@ async def test_rotation_keeps_old_tokens_and_signs_new_ones_with_the_new_kid(
     kids_before = await _published_kids(api)
     assert old_kid in kids_before
 
-    new_kid = await runtime.rotate_signing_keys()
+    new_kid = await runtime.rotate_signing_keys(runtime.settings.database.url)
     assert new_kid != old_kid
     # The promoted key was published (as `next`) before it ever signed.
     assert new_kid in kids_before
@@ -47,7 +47,7 @@ async def test_two_rotations_still_verify_tokens_of_every_unexpired_key(
     alice = await api.new_agent("alice")
     tokens = [alice.token]
     for _ in range(2):
-        await runtime.rotate_signing_keys()
+        await runtime.rotate_signing_keys(runtime.settings.database.url)
         tokens.append(await api.access_token(alice.client_id, alice.secret))
     kids = [unverified_header(token)["kid"] for token in tokens]
     assert len(set(kids)) == 3

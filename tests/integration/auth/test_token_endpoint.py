@@ -14,6 +14,7 @@ from joserfc.jwk import KeySet, KeySetSerialization
 from sqlalchemy import select
 
 from service.db.models import Client
+from service.db.tenancy import name_tenant
 from service.runtime import Runtime
 from tests.fixtures.api import Api, TestClient
 from tests.integration.auth.forge import assert_oauth_error, get_protected, unverified_header
@@ -64,6 +65,9 @@ async def test_client_secret_is_stored_as_argon2id_hash(api: Api, runtime: Runti
     client_id, secret = created["client"]["client_id"], created["client_secret"]
     assert secret
     async with runtime.sessionmaker() as session:
+        await name_tenant(
+            session, uuid.UUID(api.tenant_id)
+        )  # row-level security: no tenant, no rows
         stored = await session.scalar(
             select(Client.secret_hash).where(Client.client_id == uuid.UUID(client_id))
         )

@@ -66,7 +66,9 @@ async def provider_api(settings: Settings, provider: FakeProvider) -> AsyncItera
         retries=0,
         transport=httpx.MockTransport(provider.handle),
     )
-    runtime = await build_runtime(settings, app_login(settings.database.url), embedder)
+    runtime = await build_runtime(
+        settings, app_login(settings.database.url), embedder, owner_url=settings.database.url
+    )
     try:
         async with AsyncTestClient(app=create_app(runtime), base_url=PUBLIC_URL) as http:
             yield await Api.bootstrap(http, runtime)

@@ -19,6 +19,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.db.session import create_engine, create_sessionmaker
+from service.db.tenancy import name_tenant
 from service.policy.compile import apply_changes, lock_policy, recompile
 from service.policy.rules import (
     ACTIONS,
@@ -106,6 +107,7 @@ async def _seed(session: AsyncSession, policy: TenantPolicy) -> None:
     """The tenant, its principals and spaces, and a compile with no rules yet (each principal's
     own name), the way the service creates them."""
     tenant = policy.tenant_id
+    await name_tenant(session, tenant)  # row-level security: work in one tenant at a time
     await session.execute(
         text("INSERT INTO tenants (tenant_id, name) VALUES (:t, 'prop')"), {"t": tenant}
     )
@@ -140,6 +142,7 @@ async def compiled_grants(
             tenants = [policy.tenant_id for policy in policies]
             incremental = await _space_grants(session, tenants)
             for tenant in tenants:
+                await name_tenant(session, tenant)
                 await recompile(session, tenant)
             assert await _space_grants(session, tenants) == incremental, "scoped != full"
             return incremental
@@ -150,14 +153,15 @@ async def compiled_grants(
 async def _space_grants(
     session: AsyncSession, tenants: list[uuid.UUID]
 ) -> set[tuple[uuid.UUID, uuid.UUID, str, uuid.UUID]]:
-    rows = await session.execute(
-        text(
-            "SELECT tenant_id, principal_id, action, space_id FROM space_grants "
-            "WHERE tenant_id = ANY(:tenants)"
-        ),
-        {"tenants": tenants},
-    )
-    return {(t, p, a, s) for t, p, a, s in rows.all()}
+    """Each tenant's grants, read with that tenant named (row-level security shows no other)."""
+    found: set[tuple[uuid.UUID, uuid.UUID, str, uuid.UUID]] = set()
+    for tenant in tenants:
+        await name_tenant(session, tenant)
+        rows = await session.execute(
+            text("SELECT tenant_id, principal_id, action, space_id FROM space_grants")
+        )
+        found |= {(t, p, a, s) for t, p, a, s in rows.all()}
+    return found
 
 
 EXAMPLES = 150
@@ -212,6 +216,7 @@ async def _run_script(
                     await apply_changes(session, policy.tenant_id, [rule])
             for t, add, index in steps:
                 tenant, rule = policies[t].tenant_id, policies[t].rules[index]
+                await name_tenant(session, tenant)
                 if add:
                     await add_rules(session, tenant, [rule])
                     left[t].add(rule)
@@ -222,6 +227,7 @@ async def _run_script(
             tenants = [policy.tenant_id for policy in policies]
             incremental = await _space_grants(session, tenants)
             for tenant in tenants:
+                await name_tenant(session, tenant)
                 await recompile(session, tenant)
             assert await _space_grants(session, tenants) == incremental, "scoped != full"
     finally:

@@ -9,6 +9,7 @@ import uuid
 import httpx
 from sqlalchemy import text
 
+from service.db.tenancy import name_tenant
 from service.policy.compile import lock_policy, recompile
 from tests.conftest import PUBLIC_URL
 from tests.fixtures.api import Api
@@ -74,6 +75,7 @@ async def test_seeding_and_scoped_rebuilds_equal_a_full_compile(api: Api) -> Non
         "ORDER BY 1, 2, 3"
     )
     async with api.runtime.sessionmaker.begin() as session:
+        await name_tenant(session, uuid.UUID(api.tenant_id))  # row-level security
         seeded = (await session.execute(query, {"t": tenant})).all()
         await lock_policy(session, tenant)
         await recompile(session, tenant)
@@ -86,6 +88,7 @@ async def _compiled_rows(api: Api) -> tuple[int, int, int]:
     """(principal_roles, role_grants, space_grants) rows of the test tenant."""
     counts = []
     async with api.runtime.sessionmaker.begin() as session:
+        await name_tenant(session, uuid.UUID(api.tenant_id))  # row-level security
         for table in ("principal_roles", "role_grants", "space_grants"):
             counted = await session.scalar(
                 text(f"SELECT count(*) FROM {table} WHERE tenant_id = :t"),

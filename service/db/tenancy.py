@@ -1,0 +1,22 @@
+"""Naming the tenant a transaction works in, for row-level security.
+
+Every tenant table's policy reads `memgate.tenant_id` (transaction-local, `set_config(...,
+true)`): no setting, no rows. The request names its caller (service/audit/trail.py); the few
+steps that learn the tenant on the way name it here, each from something already proven: a
+verified token's `tenant` claim, a tenant just created, the tenant of an audit row the recorder
+built from the caller.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncSession
+
+_NAME_TENANT = text("SELECT set_config('memgate.tenant_id', :tenant, true)")
+
+
+async def name_tenant(session: AsyncSession, tenant_id: uuid.UUID) -> None:
+    """Name `tenant_id` for the rest of the session's current transaction."""
+    await session.execute(_NAME_TENANT, {"tenant": str(tenant_id)})
