@@ -126,24 +126,27 @@ def _print_banner(settings: Settings, admin: AdminClient | None, started: float)
 
 
 async def _serve(settings: Settings, url: str, started: float) -> None:
-    import uvicorn
-
     from service.app import create_app
     from service.embeddings import create_embedder
+    from service.observability.metrics import create_metrics_app
     from service.runtime import build_runtime
+    from service.serving import MetricsServer, listener_config, public_server
 
     runtime = await build_runtime(settings, url, create_embedder(settings.embedding))
+    observability = settings.observability
+    scraping: asyncio.Task[None] | None = None
+    metrics = MetricsServer(
+        listener_config(
+            create_metrics_app(), observability.metrics_host, observability.metrics_port
+        )
+    )
     try:
         admin = await _bootstrap(settings, runtime)
-        config = uvicorn.Config(
-            create_app(runtime),
-            host=settings.server.host,
-            port=settings.server.port,
-            log_config=None,
-            access_log=False,
-            lifespan="on",
+        if observability.metrics_port:
+            scraping = asyncio.create_task(metrics.serve())
+        server = public_server(
+            listener_config(create_app(runtime), settings.server.host, settings.server.port)
         )
-        server = uvicorn.Server(config)
         serving = asyncio.create_task(server.serve())
         while not server.started and not serving.done():  # noqa: ASYNC110 (uvicorn has no event)
             await asyncio.sleep(0.05)
@@ -151,6 +154,9 @@ async def _serve(settings: Settings, url: str, started: float) -> None:
             _print_banner(settings, admin, started)
         await serving
     finally:
+        if scraping is not None:
+            metrics.should_exit = True
+            await scraping
         await runtime.close()
 
 

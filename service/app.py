@@ -22,11 +22,11 @@ from service.auth.middleware import BearerAuthentication
 from service.http.body import strict_json_body
 from service.http.deps import provide_db, provide_runtime
 from service.http.errors import handle_exception
+from service.http.headers import security_headers
 from service.http.health import HealthController
 from service.identity.controller import ClientController, PrincipalController
 from service.memory.controller import MemoryController
 from service.observability.logging import request_context_middleware
-from service.observability.metrics import MetricsController
 from service.observability.telemetry import otel_asgi
 from service.policy.controller import (
     PermissionController,
@@ -89,7 +89,6 @@ def create_app(runtime: Runtime | None = None) -> Litestar:
     app = Litestar(
         route_handlers=[
             HealthController,
-            MetricsController,
             OAuthController,
             MemoryController,
             PrincipalController,
@@ -123,7 +122,7 @@ def create_app(runtime: Runtime | None = None) -> Litestar:
         # Inside the access log (which reports the status the caller really got: a 503 when the
         # audit row could not be written).
         handler = audit_recorder(handler, runtime)
-    app.asgi_handler = request_context_middleware(handler)
+    app.asgi_handler = request_context_middleware(security_headers(handler))
     # The OpenTelemetry server span outermost, so the access line is written inside it and
     # carries its trace id.
     app.asgi_handler = otel_asgi(app.asgi_handler)

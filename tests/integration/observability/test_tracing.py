@@ -144,4 +144,5 @@ async def test_a_caller_traceparent_is_continued(
     assert response.status_code == 200
     [server] = [s for s in span_exporter.get_finished_spans() if s.kind == SpanKind.SERVER]
     assert format(server.context.trace_id, "032x") == trace_hex
-    assert server.parent is not None and server.parent.span_id == 0xB7AD6B7169203331
+    assert server.parent is not None
+    assert server.parent.span_id == 0xB7AD6B7169203331
