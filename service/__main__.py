@@ -121,6 +121,12 @@ def _print_banner(settings: Settings, admin: AdminClient | None, started: float)
             f'{admin.secret_file})" -d grant_type=client_credentials',
             "  or: memgate token",
         ]
+    metrics = settings.observability
+    if metrics.metrics_port:
+        lines.append(
+            f"  metrics (no token, keep private): http://{metrics.metrics_host}:"
+            f"{metrics.metrics_port}/metrics"
+        )
     lines.append("  stop with Ctrl-C (the embedded database stops with it)")
     print("\n".join(lines), flush=True)
 
