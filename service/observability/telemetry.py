@@ -1,8 +1,9 @@
 """OpenTelemetry: traces and metrics.
 
 Metrics are pushed by OTLP over HTTP when `OTEL_EXPORTER_OTLP_ENDPOINT` is set, and rendered as
-Prometheus text at `/metrics` always (from a registry of our own, not the global one). Spans
-go to OTLP when it is configured and are dropped otherwise.
+Prometheus text at `/metrics` on the metrics listener (service.observability.metrics; from a
+registry of our own, not the global one). Spans go to OTLP when it is configured and are
+dropped otherwise.
 
 Nothing content-bearing is recorded: span attributes and metric labels are counts, `k`, model
 ids, route templates, methods and statuses — never memory text, query text, subjects, keys,
@@ -114,7 +115,7 @@ def configure_telemetry(
     """Install the global tracer and meter providers. Idempotent: the first call wins (and
     returns True; later calls change nothing and return False).
 
-    Metrics: Prometheus text at `/metrics` always; also pushed by OTLP/HTTP when
+    Metrics: Prometheus text for the metrics listener's `/metrics`; also pushed by OTLP/HTTP when
     `settings.otlp_endpoint` is set. Traces: OTLP/HTTP when configured, plus `span_processors`
     (tests pass an in-memory exporter); with neither, spans are created and dropped.
     """
