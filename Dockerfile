@@ -18,11 +18,13 @@ ENV PATH=/opt/memgate/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     MEMGATE_DATA_DIR=/data \
     MEMGATE_HOST=0.0.0.0 \
+    MEMGATE_METRICS_HOST=0.0.0.0 \
     MEMGATE_JSON_LOGS=1 \
     MEMGATE_MIGRATIONS_DIR=/app/migrations \
     MEMGATE_POLICIES_DIR=/app/policies
 USER 10001
-EXPOSE 8080
+# 9464: the Prometheus scrape (MEMGATE_METRICS_HOST/PORT); keep it off the Ingress.
+EXPOSE 8080 9464
 HEALTHCHECK CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8080/healthz')"]
 ENTRYPOINT ["memgate"]
 CMD ["serve"]

@@ -123,6 +123,12 @@ def _print_banner(settings: Settings, admin: AdminClient | None, started: float)
             f'{admin.secret_file})" -d grant_type=client_credentials',
             "  or: memgate token",
         ]
+    metrics = settings.observability
+    if metrics.metrics_port:
+        lines.append(
+            f"  metrics (no token, keep private): http://{metrics.metrics_host}:"
+            f"{metrics.metrics_port}/metrics"
+        )
     lines.append("  stop with Ctrl-C, SIGTERM or SIGHUP (the embedded database stops with it)")
     print("\n".join(lines), flush=True)
 
@@ -132,19 +138,28 @@ async def _serve(settings: Settings, url: str, owner_url: str, started: float) -
 
     from service.app import create_app
     from service.embeddings import create_embedder
-    from service.http.server import server_config
+    from service.http.server import MetricsServer, listener_config
+    from service.observability.metrics import create_metrics_app
     from service.runtime import build_runtime
 
     # serve migrates as the owner already, so it also makes missing signing keys as the owner.
     runtime = await build_runtime(
         settings, url, create_embedder(settings.embedding), owner_url=owner_url
     )
+    observability = settings.observability
+    scraping: asyncio.Task[None] | None = None
+    metrics = MetricsServer(
+        listener_config(
+            create_metrics_app(), observability.metrics_host, observability.metrics_port
+        )
+    )
     try:
         admin = await _bootstrap(settings, runtime)
-        config = server_config(
-            create_app(runtime), host=settings.server.host, port=settings.server.port
+        if observability.metrics_port:
+            scraping = asyncio.create_task(metrics.serve())
+        server = uvicorn.Server(
+            listener_config(create_app(runtime), settings.server.host, settings.server.port)
         )
-        server = uvicorn.Server(config)
 
         # uvicorn stops gracefully on SIGINT and SIGTERM only; SIGHUP (a closed terminal) gets
         # the same graceful stop instead of killing the process with the database left up.
@@ -164,6 +179,9 @@ async def _serve(settings: Settings, url: str, owner_url: str, started: float) -
         finally:
             signal.signal(signal.SIGHUP, outer)
     finally:
+        if scraping is not None:
+            metrics.should_exit = True
+            await scraping
         await runtime.close()
 
 

@@ -11,7 +11,6 @@ from litestar.datastructures import State
 from litestar.di import Provide
 from litestar.middleware import DefineMiddleware
 from litestar.openapi import OpenAPIConfig
-from litestar.openapi.plugins import JsonRenderPlugin, YamlRenderPlugin
 from litestar.openapi.spec import Components, SecurityScheme
 
 from service.audit.checkpoints import checkpoint_periodically
@@ -19,14 +18,15 @@ from service.audit.controller import AuditController
 from service.audit.recorder import audit_recorder, check_every_route_is_audited
 from service.auth.controller import OAuthController
 from service.auth.middleware import BearerAuthentication
-from service.http.body import strict_json_body
+from service.http.body import declare_query_parameters, strict_request
 from service.http.deps import provide_db, provide_runtime
 from service.http.errors import handle_exception
+from service.http.headers import security_headers
 from service.http.health import HealthController
+from service.http.openapi_doc import SpecJson, SpecYaml
 from service.identity.controller import ClientController, PrincipalController
 from service.memory.controller import MemoryController
 from service.observability.logging import request_context_middleware
-from service.observability.metrics import MetricsController
 from service.observability.telemetry import otel_asgi
 from service.policy.controller import (
     PermissionController,
@@ -55,8 +55,9 @@ def openapi_config() -> OpenAPIConfig:
         ),
         security=[{"bearer": []}],
         use_handler_docstrings=True,
-        # The machine-readable spec only: no HTML doc UIs that pull scripts from a CDN.
-        render_plugins=[JsonRenderPlugin(), YamlRenderPlugin()],
+        # The machine-readable spec only (the committed document, which describes these
+        # routes): no HTML doc UIs that pull scripts from a CDN, no HTML 404 page.
+        render_plugins=[SpecJson(), SpecYaml()],
     )
 
 
@@ -89,7 +90,6 @@ def create_app(runtime: Runtime | None = None) -> Litestar:
     app = Litestar(
         route_handlers=[
             HealthController,
-            MetricsController,
             OAuthController,
             MemoryController,
             PrincipalController,
@@ -105,7 +105,7 @@ def create_app(runtime: Runtime | None = None) -> Litestar:
             "runtime": Provide(provide_runtime, sync_to_thread=False),
         },
         middleware=[auth],
-        before_request=strict_json_body,
+        before_request=strict_request,
         exception_handlers={Exception: handle_exception},
         openapi_config=openapi_config(),
         request_max_body_size=(
@@ -115,6 +115,7 @@ def create_app(runtime: Runtime | None = None) -> Litestar:
         lifespan=[_background],
         debug=False,
     )
+    declare_query_parameters(app)
     # Outside Litestar's own exception handling, so the access line and X-Request-Id cover every
     # answer: 401s from authentication and 404/405s for unknown routes included.
     handler = app.asgi_handler
@@ -123,7 +124,7 @@ def create_app(runtime: Runtime | None = None) -> Litestar:
         # Inside the access log (which reports the status the caller really got: a 503 when the
         # audit row could not be written).
         handler = audit_recorder(handler, runtime)
-    app.asgi_handler = request_context_middleware(handler)
+    app.asgi_handler = request_context_middleware(security_headers(handler))
     # The OpenTelemetry server span outermost, so the access line is written inside it and
     # carries its trace id.
     app.asgi_handler = otel_asgi(app.asgi_handler)

@@ -60,7 +60,14 @@ class InvalidRequest(Problem, slug="invalid-request", status=422, title="Invalid
 
 
 class MalformedRequest(Problem, slug="malformed-request", status=400, title="Malformed request"):
-    """The body is not parseable JSON or not the declared media type."""
+    """The body is not parseable JSON (not UTF-8, a syntax error, a lone surrogate escape)."""
+
+
+class UnsupportedMediaType(
+    Problem, slug="unsupported-media-type", status=415, title="Unsupported media type"
+):
+    """The route takes a JSON body and the request's `Content-Type` is not `application/json`
+    (UTF-8); `accepted` lists what it takes."""
 
 
 class BadCursor(Problem, slug="bad-cursor", status=400, title="Bad cursor"):
@@ -68,7 +75,8 @@ class BadCursor(Problem, slug="bad-cursor", status=400, title="Bad cursor"):
 
 
 class MalformedId(Problem, slug="malformed-id", status=400, title="Malformed id"):
-    """An id in the path is not a UUID."""
+    """An id in the path, the query or the body is not a UUID; `errors` names the field when it
+    is not in the path."""
 
 
 class BodyTooLarge(Problem, slug="body-too-large", status=413, title="Request body too large"):

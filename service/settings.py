@@ -293,22 +293,31 @@ class MemorySettings:
 
 @dataclass(frozen=True)
 class ObservabilitySettings:
-    """Traces and metrics (OpenTelemetry). Prometheus text is served at `/metrics` always.
+    """Traces and metrics (OpenTelemetry). Prometheus text is served at `/metrics` on a
+    listener of its own, never on the public one (it shows every tenant's activity by route).
 
     otlp_endpoint: `OTEL_EXPORTER_OTLP_ENDPOINT` (the standard variable); when set, traces and
         metrics are also pushed there by OTLP over HTTP (`/v1/traces`, `/v1/metrics` appended).
         Empty: no exporter; spans are dropped and metrics are only scraped.
     service_name: `OTEL_SERVICE_NAME`; the `service.name` resource attribute.
+    metrics_host/metrics_port: `MEMGATE_METRICS_HOST` / `MEMGATE_METRICS_PORT`; where
+        `memgate serve` serves `GET /metrics` (no token). Loopback by default; in a pod set the
+        host to `0.0.0.0` and let a NetworkPolicy admit only the scraper to that port. Port 0
+        turns the metrics listener off (OTLP push still works).
     """
 
     otlp_endpoint: str = ""
     service_name: str = "memgate"
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int = 9464
 
     @classmethod
     def from_env(cls) -> ObservabilitySettings:
         return cls(
             otlp_endpoint=_env("OTEL_EXPORTER_OTLP_ENDPOINT", "").rstrip("/"),
             service_name=_env("OTEL_SERVICE_NAME", "memgate") or "memgate",
+            metrics_host=_env("MEMGATE_METRICS_HOST", "127.0.0.1"),
+            metrics_port=_env_int("MEMGATE_METRICS_PORT", 9464),
         )
 
 

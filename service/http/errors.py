@@ -16,10 +16,12 @@ from litestar.status_codes import HTTP_413_REQUEST_ENTITY_TOO_LARGE
 from sqlalchemy.exc import DataError
 
 from service.audit.trail import find_trail
+from service.db.types import PATTERN_MEANINGS
 from service.problems import (
     BodyTooLarge,
     InternalError,
     InvalidRequest,
+    MalformedId,
     MalformedRequest,
     MethodNotAllowed,
     Problem,
@@ -39,6 +41,13 @@ def problem_response(problem: Problem, request: Request[Any, Any, Any]) -> Respo
     )
 
 
+def _readable(message: str) -> str:
+    """msgspec names a failed pattern by its regex; say what the known ones mean."""
+    for pattern, meaning in PATTERN_MEANINGS.items():
+        message = message.replace(f"`str` matching regex {pattern!r}", meaning)
+    return message
+
+
 def _validation_problem(exc: ValidationException) -> Problem:
     errors: list[dict[str, Any]] = []
     for item in exc.extra or []:
@@ -47,7 +56,7 @@ def _validation_problem(exc: ValidationException) -> Problem:
                 {
                     "field": item.get("key") or "body",
                     "source": item.get("source", "body"),
-                    "message": item.get("message", ""),
+                    "message": _readable(str(item.get("message", ""))),
                 }
             )
     detail_text = str(exc.detail or "")
@@ -55,6 +64,13 @@ def _validation_problem(exc: ValidationException) -> Problem:
         return MalformedRequest(
             "The request body is not valid JSON. Send a JSON object with "
             "'Content-Type: application/json'."
+        )
+    if errors and all(e["message"].startswith("Invalid UUID") for e in errors):
+        # One answer for a malformed id wherever it is (path, query or body): 400 malformed-id.
+        fields = ", ".join(e["field"] for e in errors)
+        return MalformedId(
+            f"{fields}: not a UUID. Ids look like 0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b.",
+            errors=errors,
         )
     summary = "; ".join(f"{e['field']}: {e['message']}" for e in errors) or detail_text
     return InvalidRequest(f"The request did not validate: {summary}", errors=errors)

@@ -1,12 +1,26 @@
-"""Liveness and readiness probes."""
+"""Liveness and readiness probes.
+
+Anyone who reaches the listener may call them, so they answer only `ok` or `not ready`; why a
+replica is not ready (database unreachable, schema behind, a login that is too powerful) goes
+to the log, where the operator looks and a bystander cannot.
+"""
 
 from __future__ import annotations
 
+import structlog
 from litestar import Controller, Response, get
 from sqlalchemy.exc import SQLAlchemyError
 
 from service.db.migrate import at_head
 from service.http.deps import Rt
+
+_log = structlog.get_logger("memgate.health")
+NOT_READY = {"status": "not ready"}
+
+
+def _not_ready(reason: str) -> Response[dict[str, str]]:
+    _log.warning("not_ready", reason=reason)
+    return Response(NOT_READY, status_code=503)
 
 
 class HealthController(Controller):
@@ -20,15 +34,15 @@ class HealthController(Controller):
 
     @get("/readyz", opt={"audit_exempt": True})
     async def readyz(self, runtime: Rt) -> Response[dict[str, str]]:
-        """The database answers and its schema is at the migrations' head."""
+        """The service can take requests: `ok`, or 503 `not ready` (the reason is logged)."""
         try:
             async with runtime.sessionmaker() as session:
                 ready = await at_head(session)
         except (SQLAlchemyError, OSError):
-            return Response({"status": "database unreachable"}, status_code=503)
+            return _not_ready("database unreachable")
         if not ready:
-            return Response({"status": "migrations not at head"}, status_code=503)
+            return _not_ready("migrations not at head")
         if runtime.login_problems:
             # The app could leave its non-owner role (RESET ROLE): audit and RLS guards are void.
-            return Response({"status": "database login too powerful"}, status_code=503)
-        return Response({"status": "ready"})
+            return _not_ready("database login too powerful")
+        return Response({"status": "ok"})

@@ -1,4 +1,5 @@
-"""The HTTP server (uvicorn) as memgate runs it, and what its parser refuses before the app.
+"""The HTTP listeners (uvicorn) as `memgate serve` runs them — the public API and the metrics
+scrape — and what the HTTP parser refuses before the app.
 
 A request uvicorn cannot parse (a bad request line, a bad header line, a target that is not
 ASCII, headers too large) is answered 400 by the server and never reaches the ASGI app: the audit
@@ -9,16 +10,15 @@ text, so neither the metric nor the log carries any of them.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
 import structlog
+import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from service.observability.telemetry import SERVER_REJECTED
-
-if TYPE_CHECKING:
-    import uvicorn
-    from litestar import Litestar
 
 _log = structlog.get_logger("memgate.http")
 SERVER = "h11"
@@ -37,10 +37,10 @@ class CountingH11Protocol(H11Protocol):
         super().send_400_response(msg)
 
 
-def server_config(app: Litestar, *, host: str, port: int) -> uvicorn.Config:
-    """The uvicorn configuration of `memgate serve` (tests start the same one on loopback)."""
-    import uvicorn
-
+def listener_config(app: Any, host: str, port: int) -> uvicorn.Config:
+    """How every memgate listener runs (tests start the same one on loopback): our access log
+    instead of uvicorn's, parser rejections counted, and no `server: uvicorn` header (naming
+    the software, and so its known bugs, helps only an attacker)."""
     return uvicorn.Config(
         app,
         host=host,
@@ -48,5 +48,15 @@ def server_config(app: Litestar, *, host: str, port: int) -> uvicorn.Config:
         http=CountingH11Protocol,
         log_config=None,
         access_log=False,
+        server_header=False,
         lifespan="on",
     )
+
+
+class MetricsServer(uvicorn.Server):
+    """The metrics listener. It leaves the signals to the API server (two servers taking the
+    same handlers would undo each other's on exit); `memgate serve` stops it after the API."""
+
+    @contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from service.db.types import NO_NUL
+from service.db.types import NO_NUL, NOT_BLANK
 
 # `$(?!\n)`: Python's $ also matches before a final newline, which would let "deploy.window\n"
 # live beside "deploy.window" and never supersede it. (\Z would do in Python, but these patterns
@@ -37,7 +37,14 @@ Key = Annotated[
         description='Stable name of the fact, e.g. "deploy.window"; same key = new version.',
     ),
 ]
-Value = Annotated[str, msgspec.Meta(min_length=1, pattern=NO_NUL, description="The memory text.")]
+Value = Annotated[
+    str,
+    msgspec.Meta(
+        min_length=1,
+        pattern=NOT_BLANK,
+        description="The memory text: not blank, no NUL characters.",
+    ),
+]
 TtlSeconds = Annotated[int, msgspec.Meta(ge=1, le=315_360_000)]
 Source = Annotated[str, msgspec.Meta(max_length=200, pattern=NO_NUL)]
 
@@ -65,7 +72,15 @@ class SearchFilters(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 
 
 class SearchRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    query: Annotated[str, msgspec.Meta(min_length=1, max_length=4096)]
+    query: Annotated[
+        str,
+        msgspec.Meta(
+            min_length=1,
+            max_length=4096,
+            pattern=NOT_BLANK,
+            description="What to recall: not blank, no NUL characters.",
+        ),
+    ]
     k: int | None = None
     min_score: Annotated[float, msgspec.Meta(ge=-1.0, le=1.0)] | None = None
     filters: SearchFilters | None = None

@@ -1,14 +1,15 @@
 """OpenTelemetry: traces and metrics.
 
 Metrics are pushed by OTLP over HTTP when `OTEL_EXPORTER_OTLP_ENDPOINT` is set, and rendered as
-Prometheus text at `/metrics` always (from a registry of our own, not the global one). Spans
-go to OTLP when it is configured and are dropped otherwise.
+Prometheus text at `/metrics` on the metrics listener (service.observability.metrics; from a
+registry of our own, not the global one). Spans go to OTLP when it is configured and are
+dropped otherwise.
 
 Nothing content-bearing is recorded: span attributes and metric labels are counts, `k`, model
 ids, route templates, methods and statuses — never memory text, query text, subjects, keys,
-tokens or query strings. The ASGI middleware never sees the query string (it gets a copy of
-the scope without it), spans are named after the route template, and errors are recorded as
-their type only (exception messages and database error texts can quote input).
+tokens, query strings, raw paths, user agents or client addresses. The server span is our own
+(`otel_asgi`), named after the route template, and errors are recorded as their type only
+(exception messages and database error texts can quote input).
 """
 
 from __future__ import annotations
@@ -16,15 +17,15 @@ from __future__ import annotations
 import threading
 import time
 import weakref
-from collections.abc import Awaitable, Callable, Iterable, Iterator, MutableMapping, Sequence
+from collections.abc import Iterable, Iterator, MutableMapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, cast
 
-from opentelemetry import metrics, trace
+from opentelemetry import metrics, propagate, trace
 from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.exporter.prometheus import PrometheusMetricReader
-from opentelemetry.instrumentation.asgi import OpenTelemetryMiddleware
+from opentelemetry.instrumentation.asgi import asgi_getter
 from opentelemetry.instrumentation.sqlalchemy.engine import EngineTracer
 from opentelemetry.instrumentation.sqlalchemy.engine import _handle_error as _otel_handle_error
 from opentelemetry.instrumentation.sqlalchemy.version import (
@@ -36,7 +37,7 @@ from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetr
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
-from opentelemetry.trace import Span, Status, StatusCode
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from opentelemetry.util.types import Attributes
 from prometheus_client import CollectorRegistry, generate_latest
 from sqlalchemy import event
@@ -121,7 +122,7 @@ def configure_telemetry(
     """Install the global tracer and meter providers. Idempotent: the first call wins (and
     returns True; later calls change nothing and return False).
 
-    Metrics: Prometheus text at `/metrics` always; also pushed by OTLP/HTTP when
+    Metrics: Prometheus text for the metrics listener's `/metrics`; also pushed by OTLP/HTTP when
     `settings.otlp_endpoint` is set. Traces: OTLP/HTTP when configured, plus `span_processors`
     (tests pass an in-memory exporter); with neither, spans are created and dropped.
     """
@@ -266,15 +267,6 @@ _meter.create_observable_gauge(
 _KNOWN_METHODS = frozenset(
     {"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "CONNECT"}
 )
-_ORIGINAL_SCOPE = "memgate.original_scope"
-_OtelApp = Callable[
-    [
-        MutableMapping[str, Any],
-        Callable[[], Awaitable[MutableMapping[str, Any]]],
-        Callable[[MutableMapping[str, Any]], Awaitable[None]],
-    ],
-    Awaitable[None],
-]
 
 
 def http_method(scope: Scope | MutableMapping[str, Any]) -> str:
@@ -289,59 +281,51 @@ def route_of(scope: Scope | MutableMapping[str, Any]) -> str:
     return template if isinstance(template, str) and template else "unmatched"
 
 
-def _span_details(scope: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    # Named after the method until routing is known (never the raw path, which holds ids).
-    return http_method(scope), {}
-
-
 def otel_asgi(app: ASGIApp) -> ASGIApp:
-    """Wrap the app in the OpenTelemetry ASGI middleware: one server span per request, which is
-    current while the app (and the access-log middleware inside it) runs.
+    """One server span per request, current while the app (and the access log inside it) runs.
 
-    The middleware gets a copy of the scope without the query string, so no attribute
-    (`http.url`, `url.query`) can carry it; the app gets the original. At response start the
-    span is renamed `<METHOD> <route template>` and given `http.route`. The middleware's own
-    metrics are switched off: they would label by raw path; REQUEST_DURATION is recorded with
-    the route template instead (service.observability.logging).
+    Our own rather than OpenTelemetry's ASGI middleware, which copies the raw path and URL
+    (`http.target`, `http.url`: ids, list filters), the `User-Agent`, the `Host` and the
+    client's address into every span, and exception messages into its events. Here the span
+    holds the method, scheme and HTTP version from the start and, at response start, is renamed
+    `<METHOD> <route template>` with `http.route` and `http.status_code`; a failure is recorded
+    as its exception type. A caller's `traceparent` is continued (W3C propagation). Request
+    metrics are recorded with the route template by the access log (service.observability.logging).
     """
-
-    async def inner(
-        otel_scope: MutableMapping[str, Any],
-        receive: Callable[[], Awaitable[MutableMapping[str, Any]]],
-        send: Callable[[MutableMapping[str, Any]], Awaitable[None]],
-    ) -> None:
-        scope = cast("Scope", otel_scope[_ORIGINAL_SCOPE])
-        server_span = trace.get_current_span()
-
-        async def naming_send(message: Message) -> None:
-            if message["type"] == "http.response.start" and server_span.is_recording():
-                route = route_of(scope)
-                server_span.update_name(f"{http_method(scope)} {route}")
-                server_span.set_attribute("http.route", route)
-            await send(cast("MutableMapping[str, Any]", message))
-
-        await app(scope, cast("Receive", receive), naming_send)
-
-    middleware = cast(
-        "_OtelApp",
-        OpenTelemetryMiddleware(
-            inner,
-            default_span_details=_span_details,
-            meter=NoOpMeter("memgate.asgi"),
-            exclude_spans=["receive", "send"],
-        ),
-    )
 
     async def outer(scope: Scope, receive: Receive, send: Send) -> None:
         scope_type: str = scope["type"]  # a str enum; compared as text to keep litestar out
         if scope_type != "http":
             await app(scope, receive, send)
             return
-        otel_scope: dict[str, Any] = {**scope, "query_string": b"", _ORIGINAL_SCOPE: scope}
-        await middleware(
-            otel_scope,
-            cast("Callable[[], Awaitable[MutableMapping[str, Any]]]", receive),
-            cast("Callable[[MutableMapping[str, Any]], Awaitable[None]]", send),
-        )
+        method = http_method(scope)
+        attributes: dict[str, str] = {"http.method": method, "http.scheme": scope["scheme"]}
+        if scope.get("http_version"):
+            attributes["http.flavor"] = scope["http_version"]
+        with tracer.start_as_current_span(
+            method,  # renamed at response start; never the raw path, which holds ids
+            context=propagate.extract(cast("Any", scope), getter=asgi_getter),
+            kind=SpanKind.SERVER,
+            attributes=attributes,
+            record_exception=False,
+            set_status_on_exception=False,
+        ) as server_span:
+
+            async def naming_send(message: Message) -> None:
+                if message["type"] == "http.response.start" and server_span.is_recording():
+                    route, status = route_of(scope), message["status"]
+                    server_span.update_name(f"{method} {route}")
+                    server_span.set_attribute("http.route", route)
+                    server_span.set_attribute("http.status_code", status)
+                    if status >= 500:
+                        server_span.set_status(Status(StatusCode.ERROR))
+                await send(message)
+
+            try:
+                await app(scope, receive, naming_send)
+            except Exception as exc:
+                server_span.set_attribute("error.type", type(exc).__qualname__)
+                server_span.set_status(Status(StatusCode.ERROR))
+                raise
 
     return outer

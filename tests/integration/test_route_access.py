@@ -15,8 +15,9 @@ from tests.integration.memory import matrix
 from tests.integration.memory.support import ID_ROUTES, ROUTES, Route
 from tests.integration.policy.test_policy_api import POLICY_ROUTES
 
-PUBLIC_ROUTES = ("/healthz", "/metrics")
-"""Routes outside /v1 that answer without a token (probes and the Prometheus scrape)."""
+PUBLIC_ROUTES = ("/healthz", "/readyz", "/schema/openapi.json")
+"""Routes outside /v1 that answer without a token (probes and the spec; metrics have a listener
+of their own)."""
 
 
 @pytest.mark.parametrize("path", PUBLIC_ROUTES)

@@ -22,8 +22,8 @@ from tests.integration.audit.support import owner_execute, rows_by_request
 from tests.integration.memory.support import assert_problem, count_memories
 
 OPENAPI = Path(__file__).parents[3] / "openapi.yaml"
-EXEMPT = {"/healthz", "/readyz", "/metrics"}
-"""Probes and the metrics scrape: polled every few seconds, carry no tenant data."""
+EXEMPT = {"/healthz", "/readyz"}
+"""Probes: polled every few seconds, carry no tenant data."""
 
 
 def _operations() -> list[tuple[str, str]]:

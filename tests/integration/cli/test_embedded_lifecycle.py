@@ -138,6 +138,8 @@ def server() -> Iterator[Server]:
         "MEMGATE_DATA_DIR": str(data_dir),
         "MEMGATE_HOST": "127.0.0.1",
         "MEMGATE_PORT": str(port),
+        # its own metrics port too: a fixed default would collide with any other serve here
+        "MEMGATE_METRICS_PORT": str(_free_port()),
     }
     env.pop("DATABASE_URL", None)
     env.pop("MEMGATE_MIGRATION_DATABASE_URL", None)

@@ -14,7 +14,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from service.app import create_app
-from service.http.server import server_config
+from service.http.server import listener_config
 from service.runtime import Runtime
 from service.settings import Settings
 from tests.fixtures.canaries import captured_logs
@@ -35,7 +35,7 @@ MALFORMED = [
 async def server(runtime: Runtime, settings: Settings) -> AsyncIterator[int]:
     import uvicorn
 
-    config = server_config(create_app(runtime), host="127.0.0.1", port=0)
+    config = listener_config(create_app(runtime), "127.0.0.1", 0)
     served = uvicorn.Server(config)
     task = asyncio.create_task(served.serve())
     for _ in range(200):  # bounded: 10 s

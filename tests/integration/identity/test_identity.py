@@ -178,17 +178,19 @@ async def test_malformed_and_bad_admin_bodies(api: Api) -> None:
         ("/v1/principals", {"display_name": "x", "kind": "robot"}, "kind"),
         ("/v1/principals", {"display_name": 7}, "display_name"),
         ("/v1/principals", {"display_name": "x", "role": "admin"}, "role"),
-        (
-            "/v1/clients",
-            {"principal_id": "nope", "name": "x", "scopes": ["read:memory"]},
-            "principal_id",
-        ),
         ("/v1/clients", {"principal_id": random_id(), "name": "x", "scopes": []}, "scopes"),
     ]
     for path, body, mentioned in cases:
         response = await api.http.post(path, json=body, headers=api.admin.headers)
         problem = assert_problem(response, 422, "invalid-request")
         assert mentioned in problem["detail"], problem
+    # A malformed id in a body is 400 malformed-id, as in a path (review item 22).
+    response = await api.http.post(
+        "/v1/clients",
+        json={"principal_id": "nope", "name": "x", "scopes": ["read:memory"]},
+        headers=api.admin.headers,
+    )
+    assert "principal_id" in assert_problem(response, 400, "malformed-id")["detail"]
     assert (await _principals(api), await _clients(api)) == before
 
 

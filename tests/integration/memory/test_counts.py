@@ -157,7 +157,6 @@ async def test_a_space_filter_needs_read_on_that_space(api: Api) -> None:
     ("params", "field"),
     [
         ({"group_by": "colour"}, "group_by"),
-        ({"space_id": "not-a-uuid"}, "space_id"),
         ({"kind": "rumour"}, "kind"),
         ({"subject": "has space"}, "subject"),
     ],
@@ -169,3 +168,13 @@ async def test_bad_count_parameters_are_problems(
     response = await api.http.get("/v1/memories/counts", params=params, headers=alice.headers)
     problem = assert_problem(response, 422, "invalid-request")
     assert [error["field"] for error in problem["errors"]] == [field], problem
+
+
+async def test_a_malformed_space_id_is_a_malformed_id(api: Api) -> None:
+    """A malformed id is 400 malformed-id in a query as in a path (review item 22)."""
+    alice = await api.new_agent("alice")
+    response = await api.http.get(
+        "/v1/memories/counts", params={"space_id": "not-a-uuid"}, headers=alice.headers
+    )
+    problem = assert_problem(response, 400, "malformed-id")
+    assert [error["field"] for error in problem["errors"]] == ["space_id"], problem

@@ -10,12 +10,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from litestar.testing import AsyncTestClient
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from service.observability.metrics import create_metrics_app
 from service.observability.telemetry import metrics_text
 from service.runtime import Runtime
 from tests.fixtures.api import Agent, Api
@@ -95,7 +97,8 @@ async def sinks(
     with captured_logs() as events:
         await _send_canaries(api, alice)
     spans = [span.to_json() for span in span_exporter.get_finished_spans()]
-    scraped = await api.http.get("/metrics")
+    async with AsyncTestClient(app=create_metrics_app()) as scraper:
+        scraped = await scraper.get("/metrics")
     assert scraped.status_code == 200
     # httpx is the test's own client logging the URLs it requests, not the app.
     app_records = [record for record in caplog.records if not record.name.startswith("httpx")]

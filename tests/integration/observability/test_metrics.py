@@ -1,15 +1,17 @@
-"""`GET /metrics`: Prometheus text with request, search and embedding latencies and pool use,
-labelled by route template and status, never by raw path."""
+"""`GET /metrics` (on the metrics listener): Prometheus text with request, search and
+embedding latencies and pool use, labelled by route template and status, never by raw path."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterator
 
+from litestar.testing import AsyncTestClient
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
+from service.observability.metrics import create_metrics_app
 from tests.fixtures.api import Api
 
 STATUS = "http_response_status_code"
@@ -33,7 +35,8 @@ async def test_metrics_are_labelled_by_route_template(
     missing = await api.http.get(f"/v1/nothing-here/{memory['id']}", headers=alice.headers)
     assert missing.status_code == 404
 
-    response = await api.http.get("/metrics")  # no token: scrapers have none
+    async with AsyncTestClient(app=create_metrics_app()) as scraper:
+        response = await scraper.get("/metrics")  # no token: scrapers have none
     assert response.status_code == 200
     assert response.headers["content-type"] == "text/plain; version=0.0.4; charset=utf-8"
     text = response.text

@@ -101,3 +101,48 @@ async def test_unmatched_routes_name_no_path(api: Api, span_exporter: InMemorySp
     assert server.name == "GET unmatched"
     assert server.attributes is not None
     assert server.attributes["http.route"] == "unmatched"
+
+
+async def test_the_server_span_holds_no_raw_path_url_or_client_details(
+    api: Api, span_exporter: InMemorySpanExporter
+) -> None:
+    """Review item 12: `http.target`, `http.url` and `http.user_agent` carried the raw path (ids)
+    and the caller's software; only the route template, method and status may be recorded."""
+    alice = await api.new_agent("alice")
+    memory = await api.remember(alice, key="deploy.window", value="Billing deploys on Fridays")
+    span_exporter.clear()
+    response = await api.http.get(
+        f"/v1/memories/{memory['id']}",
+        params={"fields": "all"},
+        headers={**alice.headers, "User-Agent": "canary-agent/1.0", "X-Forwarded-For": "10.9.8.7"},
+    )
+    assert response.status_code in (200, 422), response.text
+    [server] = [s for s in span_exporter.get_finished_spans() if s.kind == SpanKind.SERVER]
+    attributes = dict(server.attributes or {})
+    assert server.name == "GET /v1/memories/{memory_id}"
+    assert attributes["http.route"] == "/v1/memories/{memory_id}"
+    assert attributes["http.method"] == "GET"
+    assert attributes["http.status_code"] == response.status_code
+    # Only these keys: nothing else a request can put into the span.
+    assert set(attributes) <= {
+        "http.route", "http.method", "http.status_code", "http.scheme", "http.flavor",
+        "error.type",
+    }  # fmt: skip
+    everything = repr(attributes) + repr([event.attributes for event in server.events])
+    for leak in (memory["id"], "canary-agent", "fields", "10.9.8.7", "127.0.0.1", "localhost"):
+        assert leak not in everything
+
+
+async def test_a_caller_traceparent_is_continued(
+    api: Api, span_exporter: InMemorySpanExporter
+) -> None:
+    span_exporter.clear()
+    trace_hex = "0af7651916cd43dd8448eb211c80319c"
+    response = await api.http.get(
+        "/healthz", headers={"traceparent": f"00-{trace_hex}-b7ad6b7169203331-01"}
+    )
+    assert response.status_code == 200
+    [server] = [s for s in span_exporter.get_finished_spans() if s.kind == SpanKind.SERVER]
+    assert format(server.context.trace_id, "032x") == trace_hex
+    assert server.parent is not None
+    assert server.parent.span_id == 0xB7AD6B7169203331

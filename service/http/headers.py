@@ -1,0 +1,36 @@
+"""Response headers every answer carries, whichever part of the app produced it."""
+
+from __future__ import annotations
+
+from litestar.enums import ScopeType
+from litestar.types import ASGIApp, Message, Receive, Scope, Send
+
+_CACHE_CONTROL = b"cache-control"
+_NOSNIFF = (b"x-content-type-options", b"nosniff")
+_NO_STORE = (_CACHE_CONTROL, b"no-store")
+
+
+def security_headers(app: ASGIApp) -> ASGIApp:
+    """`X-Content-Type-Options: nosniff` on every answer, and `Cache-Control: no-store` on every
+    answer that does not set its own: answers hold memories, policy and audit rows of one
+    caller, and a shared cache (proxy, CDN, browser) must never keep one for the next. Outside
+    Litestar, so 401s from authentication and 404s for unknown routes carry them too."""
+
+    async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != ScopeType.HTTP:
+            await app(scope, receive, send)
+            return
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", []))
+                names = {bytes(name).lower() for name, _ in headers}
+                headers.append(_NOSNIFF)
+                if _CACHE_CONTROL not in names:
+                    headers.append(_NO_STORE)
+                message["headers"] = headers
+            await send(message)
+
+        await app(scope, receive, send_with_headers)
+
+    return middleware
