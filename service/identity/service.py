@@ -39,7 +39,7 @@ from service.identity.schemas import (
     RoleGrant,
 )
 from service.policy.compile import add_own_grants, lock_policy, recompile
-from service.policy.powers import admin_powers, auditor_count
+from service.policy.powers import auditor_count
 from service.policy.problems import LastRoleHolder
 from service.policy.rules import add_rules, personal_space_rules, principal_name
 from service.policy.seed import bootstrap_rules
@@ -144,16 +144,9 @@ class IdentityService:
         await lock_policy(self._session, self._tenant_id)
         # The route guard ran before the lock; a concurrent change may have taken the caller's
         # admin grant since (the same re-check every policy change makes).
-        await PolicyService(self._session, caller).require_policy_admin()
-        powers = await admin_powers(self._session, self._tenant_id, principal_id)
-        outranking = powers - caller.scopes
-        if outranking:
-            raise InsufficientScope(
-                f"Principal {principal_id} holds admin scopes your token lacks "
-                f"({', '.join(sorted(outranking))}); only a caller holding all of them may take "
-                "its roles away.",
-                required_scope=sorted(outranking)[0],
-            )
+        policy = PolicyService(self._session, caller)
+        await policy.require_policy_admin()
+        await policy.require_not_outranked(principal_id)
         removed = await self._session.scalar(
             delete(RoleAssignment)
             .where(

@@ -212,7 +212,7 @@ class PolicyService:
         # what concurrent changes committed.
         await lock_policy(self._session, self._tenant_id)
         await self.require_policy_admin()
-        await self._not_outranked(principal_id)
+        await self.require_not_outranked(principal_id)
         return await self._change(remove=[rule])
 
     async def _approve_external_admin(self, principal_id: uuid.UUID, member: bool) -> None:
@@ -232,7 +232,7 @@ class PolicyService:
                 "subject: only such a mapping can be approved for admin scopes."
             )
 
-    async def _not_outranked(self, principal_id: uuid.UUID) -> None:
+    async def require_not_outranked(self, principal_id: uuid.UUID) -> None:
         """Nobody removes a role from a principal whose admin powers exceed their own (a lower
         admin could otherwise lock out the tenant owner)."""
         powers = await admin_powers(self._session, self._tenant_id, principal_id)

@@ -18,6 +18,14 @@ from tests.fixtures.api import Api
 PLATFORM = uuid.UUID(int=0)
 
 
+async def calls_of_one_agent(api: Api, n: int) -> uuid.UUID:
+    """n audited calls by a new agent (lists of varying size); the tenant whose chain grew."""
+    alice = await api.new_agent("alice")
+    for i in range(n):
+        await api.http.get("/v1/memories", headers=alice.headers, params={"limit": i % 5 + 1})
+    return uuid.UUID(api.tenant_id)
+
+
 async def audit_rows(engine: AsyncEngine) -> list[dict[str, Any]]:
     """Every audit row of the database, chain by chain."""
     async with engine.connect() as conn:

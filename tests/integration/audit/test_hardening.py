@@ -6,7 +6,6 @@ re-pointed actor, a temporary table posing as a partition, issuer text stored ve
 from __future__ import annotations
 
 import json
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +28,7 @@ from tests.fixtures.postgres import app_login
 from tests.integration.audit.support import (
     GUARDS_OFF,
     auditor_get,
+    calls_of_one_agent,
     export_events,
     owner_execute,
     run_verify_cli,
@@ -37,17 +37,10 @@ from tests.integration.audit.support import (
 )
 
 
-async def _rows(api: Api, n: int) -> uuid.UUID:
-    alice = await api.new_agent("alice")
-    for i in range(n):
-        await api.http.get("/v1/memories", headers=alice.headers, params={"limit": i % 5 + 1})
-    return uuid.UUID(api.tenant_id)
-
-
 async def test_a_truncated_tail_behind_a_moved_head_is_missing_rows(
     api: Api, owner_engine: AsyncEngine, tmp_path: Path
 ) -> None:
-    tenant = await _rows(api, 6)
+    tenant = await calls_of_one_agent(api, 6)
     await run_checkpoints(api.runtime.sessionmaker, api.runtime.kek)
     checkpoint = (await auditor_get(api, "/v1/audit/checkpoints/latest")).json()
     keys = (await auditor_get(api, "/v1/audit/keys")).json()
@@ -77,7 +70,7 @@ async def test_a_truncated_tail_behind_a_moved_head_is_missing_rows(
 async def test_a_wiped_chain_with_checkpoints_is_missing_its_first_row(
     api: Api, owner_engine: AsyncEngine
 ) -> None:
-    tenant = await _rows(api, 3)
+    tenant = await calls_of_one_agent(api, 3)
     await run_checkpoints(api.runtime.sessionmaker, api.runtime.kek)
     await tamper_as_owner(
         owner_engine,
@@ -95,7 +88,7 @@ async def test_a_wiped_chain_with_checkpoints_is_missing_its_first_row(
 async def test_a_deleted_first_row_is_found_by_both_verifiers(
     api: Api, owner_engine: AsyncEngine
 ) -> None:
-    tenant = await _rows(api, 3)
+    tenant = await calls_of_one_agent(api, 3)
     await tamper_as_owner(
         owner_engine,
         "DELETE FROM audit_events WHERE tenant_id = :t AND seq = 1",
@@ -110,7 +103,7 @@ async def test_a_deleted_first_row_is_found_by_both_verifiers(
 async def test_a_planted_checkpoint_neither_silences_the_signer_nor_is_served(
     api: Api,
 ) -> None:
-    tenant = await _rows(api, 2)
+    tenant = await calls_of_one_agent(api, 2)
     async with api.runtime.engine.begin() as conn:  # what the app role itself may do
         await conn.execute(
             text(
@@ -130,7 +123,7 @@ async def test_a_planted_checkpoint_neither_silences_the_signer_nor_is_served(
 async def test_reshaped_arrays_are_found_by_both_verifiers_at_the_same_row(
     api: Api, owner_engine: AsyncEngine
 ) -> None:
-    tenant = await _rows(api, 6)
+    tenant = await calls_of_one_agent(api, 6)
     await tamper_as_owner(
         owner_engine,
         "ALTER TABLE audit_events DROP CONSTRAINT ck_audit_events_flat_arrays",
@@ -147,7 +140,7 @@ async def test_reshaped_arrays_are_found_by_both_verifiers_at_the_same_row(
 async def test_the_flat_array_constraint_refuses_reshaped_rows(
     api: Api, owner_engine: AsyncEngine
 ) -> None:
-    tenant = await _rows(api, 1)
+    tenant = await calls_of_one_agent(api, 1)
     with pytest.raises(DBAPIError, match="ck_audit_events_flat_arrays"):
         await owner_execute(
             owner_engine,
@@ -203,7 +196,7 @@ async def test_a_call_and_its_audit_row_hold_one_connection_at_a_time(
 async def test_the_app_role_cannot_flood_partitions_or_repoint_actors(
     api: Api, statement: str
 ) -> None:
-    await _rows(api, 1)
+    await calls_of_one_agent(api, 1)
     with pytest.raises(DBAPIError, match=r"permission denied|at most 12 months"):
         async with api.runtime.engine.begin() as conn:
             await conn.execute(text(statement))

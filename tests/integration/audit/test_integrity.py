@@ -4,7 +4,6 @@ later head (a receipt or a checkpoint signed every N rows) detects."""
 from __future__ import annotations
 
 import json
-import uuid
 from pathlib import Path
 
 import pytest
@@ -16,19 +15,13 @@ from service.audit.independent import verify_events
 from tests.fixtures.api import Api
 from tests.integration.audit.support import (
     auditor_get,
+    calls_of_one_agent,
     export_events,
     owner_execute,
     run_verify_cli,
     tamper_as_owner,
     verify_report,
 )
-
-
-async def _rows(api: Api, n: int) -> uuid.UUID:
-    alice = await api.new_agent("alice")
-    for i in range(n):
-        await api.http.get("/v1/memories", headers=alice.headers, params={"limit": i % 5 + 1})
-    return uuid.UUID(api.tenant_id)
 
 
 async def _drop_not_null(owner: AsyncEngine, *columns: str) -> None:
@@ -42,7 +35,7 @@ async def test_nulled_hashes_after_two_edits_fail_verify_and_still_export(
 ) -> None:
     """The reviewer's case: two rows edited, the first one's row_hash and the next one's
     prev_hash set to NULL. A NULL compared with `<>` is not true, so every check passed."""
-    tenant = await _rows(api, 6)
+    tenant = await calls_of_one_agent(api, 6)
     await run_checkpoints(api.runtime.sessionmaker, api.runtime.kek)
     checkpoint = (await auditor_get(api, "/v1/audit/checkpoints/latest")).json()
     keys = (await auditor_get(api, "/v1/audit/keys")).json()
@@ -85,7 +78,7 @@ async def test_nulled_hashes_after_two_edits_fail_verify_and_still_export(
 async def test_a_null_prev_hash_alone_is_a_verdict_offline(
     api: Api, owner_engine: AsyncEngine, tmp_path: Path
 ) -> None:
-    tenant = await _rows(api, 3)
+    tenant = await calls_of_one_agent(api, 3)
     await _drop_not_null(owner_engine, "prev_hash")
     await tamper_as_owner(
         owner_engine,
@@ -126,7 +119,7 @@ async def test_a_required_field_nulled_with_its_hash_recomputed_is_caught(
 ) -> None:
     """The canonical layout encodes NULL as '-', so a superuser can null a field the append
     function always fills and recompute a matching hash; such a row was never appended."""
-    tenant = await _rows(api, 3)
+    tenant = await calls_of_one_agent(api, 3)
     await _drop_not_null(owner_engine, column)
     async with owner_engine.connect() as conn:
         last = await conn.scalar(
@@ -166,7 +159,7 @@ def _valid_export(events: list[dict[str, object]]) -> None:
 async def test_the_offline_verifier_judges_malformed_rows_instead_of_crashing(
     api: Api, tmp_path: Path
 ) -> None:
-    await _rows(api, 2)
+    await calls_of_one_agent(api, 2)
     exported = await export_events(api)
     _valid_export(exported)
     naive = [dict(e) for e in exported]
@@ -206,7 +199,7 @@ async def test_a_nulled_or_deleted_head_is_a_head_mismatch(
     api: Api, owner_engine: AsyncEngine, statement: str
 ) -> None:
     """A head that names no row used to read as an empty chain: `ok: true`, nothing checked."""
-    tenant = await _rows(api, 3)
+    tenant = await calls_of_one_agent(api, 3)
     await owner_execute(
         owner_engine,
         "ALTER TABLE audit_heads ALTER COLUMN seq DROP NOT NULL",

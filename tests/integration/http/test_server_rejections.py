@@ -8,6 +8,7 @@ import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
+from litestar.testing import AsyncTestClient
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import text
@@ -15,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from service.app import create_app
 from service.http.server import listener_config
+from service.observability.metrics import create_metrics_app
 from service.runtime import Runtime
 from service.settings import Settings
 from tests.fixtures.canaries import captured_logs
@@ -75,25 +77,25 @@ async def _audit_rows(owner: AsyncEngine) -> int:
         return int(await conn.scalar(text("SELECT count(*) FROM audit_events")) or 0)
 
 
-async def _metrics(port: int) -> str:
-    answer = await _raw(
-        port, b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
-    )
-    head, _, body = answer.partition(b"\r\n\r\n")
-    assert head.startswith(b"HTTP/1.1 200"), head
-    return body.decode()
+async def _metrics() -> str:
+    """The scrape, from the metrics listener's app (the process-wide registry the server's
+    protocol counts into; the public listener serves no /metrics)."""
+    async with AsyncTestClient(app=create_metrics_app()) as http:
+        answer = await http.get("/metrics")
+    assert answer.status_code == 200, answer.text
+    return answer.text
 
 
 async def test_parser_rejections_are_counted_and_logged_without_content(
     server: int, owner_engine: AsyncEngine, span_exporter: InMemorySpanExporter
 ) -> None:
-    before = _rejected(await _metrics(server))
+    before = _rejected(await _metrics())
     rows_before = await _audit_rows(owner_engine)
     with captured_logs() as events:
         for request in MALFORMED:
             answer = await _raw(server, request)
             assert answer.startswith(b"HTTP/1.1 400"), answer
-    assert _rejected(await _metrics(server)) == before + len(MALFORMED)
+    assert _rejected(await _metrics()) == before + len(MALFORMED)
     # They never reached the app: no audit row (that is the limit docs/audit.md states).
     assert await _audit_rows(owner_engine) == rows_before
     rejected = [e for e in events if e.get("event") == "http_request_rejected_by_server"]
@@ -105,9 +107,9 @@ async def test_parser_rejections_are_counted_and_logged_without_content(
 async def test_a_well_formed_request_is_not_counted(
     server: int, span_exporter: InMemorySpanExporter
 ) -> None:
-    before = _rejected(await _metrics(server))
+    before = _rejected(await _metrics())
     answer = await _raw(
         server, b"GET /v1/memories HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
     )
     assert answer.startswith(b"HTTP/1.1 401"), answer
-    assert _rejected(await _metrics(server)) == before
+    assert _rejected(await _metrics()) == before

@@ -165,6 +165,7 @@ async def test_two_admins_removing_each_other_at_once_leave_one_admin(api: Api) 
         refused = next(answer for answer in answers if answer.status_code == 403)
         assert refused.json()["type"].endswith("/policy-admin-required")
         async with api.runtime.sessionmaker.begin() as session:
+            await name_tenant(session, uuid.UUID(api.tenant_id))  # row-level security
             holders = (
                 (
                     await session.execute(
