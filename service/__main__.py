@@ -237,6 +237,17 @@ def _provision_keys(settings: Settings, owner_url: str) -> None:
     asyncio.run(as_owner(owner_url, lambda s: provision_signing_keys(settings, s, kek)))
 
 
+def _provision_audit_key(settings: Settings, owner_url: str) -> None:
+    """The audit signing key, made by the owner: the app role cannot write audit keys."""
+    from service.auth.keys import KeyEncryptionKey
+    from service.runtime import as_owner, provision_audit_key
+
+    kek = KeyEncryptionKey.from_setting_or_file(
+        settings.auth.key_encryption_key, settings.database.data_dir
+    )
+    asyncio.run(as_owner(owner_url, lambda s: provision_audit_key(s, kek)))
+
+
 def cmd_migrate(settings: Settings) -> int:
     from service.db.migrate import upgrade
 
@@ -244,6 +255,7 @@ def cmd_migrate(settings: Settings) -> int:
         upgrade(urls.owner)
         if settings.auth.embedded_issuer:
             _provision_keys(settings, urls.owner)
+        _provision_audit_key(settings, urls.owner)
     print("migrations at head")
     return 0
 
@@ -295,9 +307,17 @@ def cmd_rotate_keys(settings: Settings) -> int:
 
 def cmd_audit_checkpoint(settings: Settings) -> int:
     """For a CronJob (with MEMGATE_AUDIT_CHECKPOINT_SECONDS=0 on the API pods)."""
-    from service.audit.checkpoints import run_checkpoints
+    from service.audit.checkpoints import NoAuditKey, run_checkpoints
 
-    made = _with_keys(settings, run_checkpoints)
+    try:
+        made = _with_keys(settings, run_checkpoints)
+    except NoAuditKey:
+        print(
+            "memgate audit checkpoint: no audit signing key this key-encryption key opens; run "
+            "`memgate migrate` (as the owner, MEMGATE_MIGRATION_DATABASE_URL) to make one.",
+            file=sys.stderr,
+        )
+        return 1
     print(f"signed {made} audit checkpoint(s)")
     return 0
 
