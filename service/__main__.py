@@ -288,6 +288,20 @@ def _with_keys(settings: Settings, job: Callable[[Any, Any], Awaitable[T]]) -> T
         return asyncio.run(run(urls.app_login(settings)))
 
 
+def cmd_rotate_audit_key(settings: Settings) -> int:
+    """As the owner, like `keys rotate`: the app role may read audit keys but not write them."""
+    from service.auth.keys import KeyEncryptionKey
+    from service.runtime import as_owner, rotate_audit_signing_key
+
+    kek = KeyEncryptionKey.from_setting_or_file(
+        settings.auth.key_encryption_key, settings.database.data_dir
+    )
+    with database_urls(settings) as urls:
+        kid = asyncio.run(as_owner(urls.owner, lambda s: rotate_audit_signing_key(s, kek)))
+    print(f"audit checkpoints are now signed with {kid}")
+    return 0
+
+
 def cmd_rotate_keys(settings: Settings) -> int:
     """As the owner (`MEMGATE_MIGRATION_DATABASE_URL`, else `DATABASE_URL`): the app role may
     read signing keys but not write them."""
@@ -406,9 +420,14 @@ def build_parser() -> argparse.ArgumentParser:
         "keys",
         "signing keys of the embedded issuer",
         "`memgate keys rotate` promotes the published next key; tokens signed by the old one "
-        "keep verifying until they expire.",
+        "keep verifying until they expire. `memgate keys rotate-audit` retires the audit "
+        "signing key and makes a new one; checkpoints the old one signed keep verifying.",
     )
-    keys.add_argument("action", choices=["rotate"], help="rotate: rotate the signing keys")
+    keys.add_argument(
+        "action",
+        choices=["rotate", "rotate-audit"],
+        help="rotate: rotate the token signing keys; rotate-audit: the audit signing key",
+    )
     token = command(
         commands,
         "token",
@@ -459,6 +478,8 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_migrate(settings)
     if args.command == "revision":
         return cmd_revision(settings, args.message)
+    if args.command == "keys" and args.action == "rotate-audit":
+        return cmd_rotate_audit_key(settings)
     if args.command == "keys":
         return cmd_rotate_keys(settings)
     if args.command == "audit" and args.audit_command == "verify":

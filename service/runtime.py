@@ -14,7 +14,7 @@ from typing import TypeVar
 import structlog
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from service.audit.checkpoints import ensure_audit_key, signing_key
+from service.audit.checkpoints import ensure_audit_key, rotate_audit_key, signing_key
 from service.audit.pseudonyms import Pseudonyms
 from service.auth.issuer import IssuerConfig
 from service.auth.keys import (
@@ -101,6 +101,14 @@ async def provision_audit_key(
     may not write audit keys (a key it planted was trusted), so it cannot make its own."""
     async with sessionmaker.begin() as session:
         await ensure_audit_key(session, kek)
+
+
+async def rotate_audit_signing_key(
+    sessionmaker: async_sessionmaker[AsyncSession], kek: KeyEncryptionKey
+) -> str:
+    """`memgate keys rotate-audit`, on an owner's `sessionmaker`; returns the new kid."""
+    async with sessionmaker.begin() as session:
+        return await rotate_audit_key(session, kek)
 
 
 async def rotate_signing_keys(

@@ -18,7 +18,7 @@ from cryptography.exceptions import InvalidTag
 from joserfc import jws
 from joserfc.errors import JoseError
 from joserfc.jwk import KeyParameters, OKPKey
-from sqlalchemy import select, text
+from sqlalchemy import func, select, text, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -108,6 +108,24 @@ async def ensure_audit_key(session: AsyncSession, kek: KeyEncryptionKey) -> None
         )
     )
     await session.flush()
+
+
+async def rotate_audit_key(session: AsyncSession, kek: KeyEncryptionKey) -> str:
+    """As the owner: retire every unretired audit key and make a fresh one; returns its kid.
+    Retired keys stay published, so the checkpoints they signed keep verifying."""
+    await session.execute(
+        text("SELECT pg_advisory_xact_lock(hashtextextended('memgate.audit.key', 0))")
+    )
+    await session.execute(
+        update(AuditSigningKey)
+        .where(AuditSigningKey.retired_at.is_(None))
+        .values(retired_at=func.now())
+    )
+    await ensure_audit_key(session, kek)
+    key = await signing_key(session, kek)
+    if key is None:  # ensure_audit_key just made one this key-encryption key opens
+        raise NoAuditKey
+    return str(key.kid)
 
 
 async def public_keys(session: AsyncSession) -> dict[str, Any]:
