@@ -237,6 +237,17 @@ def _provision_keys(settings: Settings, owner_url: str) -> None:
     asyncio.run(as_owner(owner_url, lambda s: provision_signing_keys(settings, s, kek)))
 
 
+def _provision_audit_key(settings: Settings, owner_url: str) -> None:
+    """The audit signing key, made by the owner: the app role cannot write audit keys."""
+    from service.auth.keys import KeyEncryptionKey
+    from service.runtime import as_owner, provision_audit_key
+
+    kek = KeyEncryptionKey.from_setting_or_file(
+        settings.auth.key_encryption_key, settings.database.data_dir
+    )
+    asyncio.run(as_owner(owner_url, lambda s: provision_audit_key(s, kek)))
+
+
 def cmd_migrate(settings: Settings) -> int:
     from service.db.migrate import upgrade
 
@@ -244,6 +255,7 @@ def cmd_migrate(settings: Settings) -> int:
         upgrade(urls.owner)
         if settings.auth.embedded_issuer:
             _provision_keys(settings, urls.owner)
+        _provision_audit_key(settings, urls.owner)
     print("migrations at head")
     return 0
 
@@ -276,6 +288,20 @@ def _with_keys(settings: Settings, job: Callable[[Any, Any], Awaitable[T]]) -> T
         return asyncio.run(run(urls.app_login(settings)))
 
 
+def cmd_rotate_audit_key(settings: Settings) -> int:
+    """As the owner, like `keys rotate`: the app role may read audit keys but not write them."""
+    from service.auth.keys import KeyEncryptionKey
+    from service.runtime import as_owner, rotate_audit_signing_key
+
+    kek = KeyEncryptionKey.from_setting_or_file(
+        settings.auth.key_encryption_key, settings.database.data_dir
+    )
+    with database_urls(settings) as urls:
+        kid = asyncio.run(as_owner(urls.owner, lambda s: rotate_audit_signing_key(s, kek)))
+    print(f"audit checkpoints are now signed with {kid}")
+    return 0
+
+
 def cmd_rotate_keys(settings: Settings) -> int:
     """As the owner (`MEMGATE_MIGRATION_DATABASE_URL`, else `DATABASE_URL`): the app role may
     read signing keys but not write them."""
@@ -295,9 +321,17 @@ def cmd_rotate_keys(settings: Settings) -> int:
 
 def cmd_audit_checkpoint(settings: Settings) -> int:
     """For a CronJob (with MEMGATE_AUDIT_CHECKPOINT_SECONDS=0 on the API pods)."""
-    from service.audit.checkpoints import run_checkpoints
+    from service.audit.checkpoints import NoAuditKey, run_checkpoints
 
-    made = _with_keys(settings, run_checkpoints)
+    try:
+        made = _with_keys(settings, run_checkpoints)
+    except NoAuditKey:
+        print(
+            "memgate audit checkpoint: no audit signing key this key-encryption key opens; run "
+            "`memgate migrate` (as the owner, MEMGATE_MIGRATION_DATABASE_URL) to make one.",
+            file=sys.stderr,
+        )
+        return 1
     print(f"signed {made} audit checkpoint(s)")
     return 0
 
@@ -386,9 +420,14 @@ def build_parser() -> argparse.ArgumentParser:
         "keys",
         "signing keys of the embedded issuer",
         "`memgate keys rotate` promotes the published next key; tokens signed by the old one "
-        "keep verifying until they expire.",
+        "keep verifying until they expire. `memgate keys rotate-audit` retires the audit "
+        "signing key and makes a new one; checkpoints the old one signed keep verifying.",
     )
-    keys.add_argument("action", choices=["rotate"], help="rotate: rotate the signing keys")
+    keys.add_argument(
+        "action",
+        choices=["rotate", "rotate-audit"],
+        help="rotate: rotate the token signing keys; rotate-audit: the audit signing key",
+    )
     token = command(
         commands,
         "token",
@@ -439,6 +478,8 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_migrate(settings)
     if args.command == "revision":
         return cmd_revision(settings, args.message)
+    if args.command == "keys" and args.action == "rotate-audit":
+        return cmd_rotate_audit_key(settings)
     if args.command == "keys":
         return cmd_rotate_keys(settings)
     if args.command == "audit" and args.audit_command == "verify":

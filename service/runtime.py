@@ -14,6 +14,7 @@ from typing import TypeVar
 import structlog
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
+from service.audit.checkpoints import ensure_audit_key, rotate_audit_key, signing_key
 from service.audit.pseudonyms import Pseudonyms
 from service.auth.issuer import IssuerConfig
 from service.auth.keys import (
@@ -93,6 +94,23 @@ async def provision_signing_keys(
         await ensure_keys(session, settings.auth.signing_alg, kek)
 
 
+async def provision_audit_key(
+    sessionmaker: async_sessionmaker[AsyncSession], kek: KeyEncryptionKey
+) -> None:
+    """As the owner: an audit signing key this key-encryption key opens exists. The app role
+    may not write audit keys (a key it planted was trusted), so it cannot make its own."""
+    async with sessionmaker.begin() as session:
+        await ensure_audit_key(session, kek)
+
+
+async def rotate_audit_signing_key(
+    sessionmaker: async_sessionmaker[AsyncSession], kek: KeyEncryptionKey
+) -> str:
+    """`memgate keys rotate-audit`, on an owner's `sessionmaker`; returns the new kid."""
+    async with sessionmaker.begin() as session:
+        return await rotate_audit_key(session, kek)
+
+
 async def rotate_signing_keys(
     settings: Settings, sessionmaker: async_sessionmaker[AsyncSession], kek: KeyEncryptionKey
 ) -> str:
@@ -146,6 +164,8 @@ async def build_runtime(
     embedded_keys = CachedKeySet(
         embedded_jwks, ttl=EMBEDDED_KEYS_TTL_SECONDS, min_refetch=settings.auth.jwks_refetch_seconds
     )
+    if owner_url is not None:
+        await as_owner(owner_url, lambda sessions: provision_audit_key(sessions, kek))
     issuers: list[TrustedIssuer] = []
     issuer_config = IssuerConfig(
         issuer=settings.server.public_url,
@@ -196,6 +216,14 @@ async def build_runtime(
         leeway=settings.auth.leeway_seconds,
         max_ttl=settings.auth.max_token_ttl_seconds,
     )
+    async with sessionmaker() as session:
+        if await signing_key(session, kek) is None:
+            # Calls still work; checkpoints wait until the owner makes a key.
+            structlog.get_logger("memgate.startup").error(
+                "audit_signing_key_missing",
+                fix="run `memgate migrate` (with the owner's MEMGATE_MIGRATION_DATABASE_URL) "
+                "to make the audit signing key; until then no checkpoint is signed",
+            )
     return Runtime(
         settings=settings,
         engine=engine,

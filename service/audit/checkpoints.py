@@ -14,14 +14,17 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, cast
 
+from cryptography.exceptions import InvalidTag
 from joserfc import jws
+from joserfc.errors import JoseError
 from joserfc.jwk import KeyParameters, OKPKey
-from sqlalchemy import select, text
+from sqlalchemy import func, select, text, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from service.auth.keys import KeyEncryptionKey
 from service.db.models import AuditCheckpoint, AuditHead, AuditSigningKey
+from service.db.tenancy import name_tenant
 
 CHECKPOINT_TYPE = "memgate-audit-checkpoint+jws"
 PAYLOAD_VERSION = "memgate.audit.checkpoint.v1"
@@ -47,47 +50,82 @@ class CheckpointClaims:
         return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
 
 
+class NoAuditKey(Exception):
+    """No unretired audit signing key this process can open: the owner makes one (`memgate
+    migrate`, or `serve` with the owner's URL)."""
+
+    def __str__(self) -> str:
+        return "no usable audit signing key"
+
+
 def _sealing_id(kid: str) -> str:
     return f"audit-signing:{kid}"
 
 
-async def signing_key(session: AsyncSession, kek: KeyEncryptionKey) -> OKPKey:
-    """The current audit signing key, made on first use."""
-    row = await session.scalar(
+async def signing_key(session: AsyncSession, kek: KeyEncryptionKey) -> OKPKey | None:
+    """The newest unretired audit key this process can unseal, or None when there is none.
+
+    Keys are the owner's (`ensure_audit_key`); the app role only reads them. A row it cannot
+    open (another key-encryption key, or a row put there by hand) is passed over, not trusted:
+    the newest row used to decide, and one that could not be unsealed stopped every call that
+    was due a checkpoint."""
+    rows = await session.scalars(
         select(AuditSigningKey)
         .where(AuditSigningKey.retired_at.is_(None))
         .order_by(AuditSigningKey.created_at.desc())
-        .limit(1)
     )
-    if row is None:
-        row = await _new_key(session, kek)
-    private = json.loads(kek.open(_sealing_id(row.kid), row.private_key_encrypted))
-    return OKPKey.import_key(private)
+    for row in rows:
+        try:
+            private = json.loads(kek.open(_sealing_id(row.kid), row.private_key_encrypted))
+            key = OKPKey.import_key(private)
+        except (InvalidTag, ValueError, TypeError, JoseError):
+            continue
+        if key.is_private and key.kid == row.kid:
+            return key
+    return None
 
 
-async def _new_key(session: AsyncSession, kek: KeyEncryptionKey) -> AuditSigningKey:
-    # One key at a time: concurrent first uses (several API pods) wait for each other here.
+async def ensure_audit_key(session: AsyncSession, kek: KeyEncryptionKey) -> None:
+    """As the owner: an unretired audit key this key-encryption key opens exists (first start,
+    or after the keys were retired). The app role may not write audit keys (a key it planted
+    was trusted), so `memgate migrate` and `serve` call this with an owner's session."""
+    # One key at a time: concurrent starts (several API pods) wait for each other here.
     await session.execute(
         text("SELECT pg_advisory_xact_lock(hashtextextended('memgate.audit.key', 0))")
     )
-    existing = await session.scalar(
-        select(AuditSigningKey).where(AuditSigningKey.retired_at.is_(None)).limit(1)
-    )
-    if existing is not None:
-        return existing
+    if await signing_key(session, kek) is not None:
+        return
     kid = f"audit-{datetime.now(UTC):%Y%m%d}-{uuid.uuid4().hex[:8]}"
     params: KeyParameters = {"kid": kid, "alg": ALGORITHM, "use": "sig"}
     key = OKPKey.generate_key("Ed25519", parameters=params)
-    row = AuditSigningKey(
-        kid=kid,
-        public_jwk=key.as_dict(private=False),
-        private_key_encrypted=kek.seal(
-            _sealing_id(kid), json.dumps(key.as_dict(private=True)).encode()
-        ),
+    session.add(
+        AuditSigningKey(
+            kid=kid,
+            public_jwk=key.as_dict(private=False),
+            private_key_encrypted=kek.seal(
+                _sealing_id(kid), json.dumps(key.as_dict(private=True)).encode()
+            ),
+        )
     )
-    session.add(row)
     await session.flush()
-    return row
+
+
+async def rotate_audit_key(session: AsyncSession, kek: KeyEncryptionKey) -> str:
+    """As the owner: retire every unretired audit key and make a fresh one; returns its kid.
+    Retired keys stay published, so the checkpoints they signed keep verifying."""
+    await session.execute(
+        text("SELECT pg_advisory_xact_lock(hashtextextended('memgate.audit.key', 0))")
+    )
+    await session.execute(
+        update(AuditSigningKey)
+        .where(AuditSigningKey.retired_at.is_(None))
+        .values(retired_at=func.now())
+    )
+    await ensure_audit_key(session, kek)
+    key = await signing_key(session, kek)
+    if key is None:  # ensure_audit_key just made one this key-encryption key opens
+        raise NoAuditKey
+    return str(key.kid)
 
 
 async def public_keys(session: AsyncSession) -> dict[str, Any]:
@@ -107,7 +145,6 @@ def sign(claims: CheckpointClaims, key: OKPKey) -> str:
 
 def verify_signature(compact: str, jwks: dict[str, Any]) -> dict[str, Any] | None:
     """The payload of a checkpoint JWS signed by one of `jwks`, or None."""
-    from joserfc.errors import JoseError
     from joserfc.jwk import KeySet, KeySetSerialization
 
     try:
@@ -136,7 +173,11 @@ async def sign_due_checkpoints(session: AsyncSession, kek: KeyEncryptionKey) -> 
     if not due:
         return 0
     key = await signing_key(session, kek)
+    if key is None:
+        raise NoAuditKey
     for tenant_id, seq, row_hash in due:
+        # The app role inserts checkpoints only for the tenant the transaction names.
+        await name_tenant(session, tenant_id)
         await insert_checkpoint(session, key, tenant_id, seq, bytes(row_hash))
     return len(due)
 
@@ -181,6 +222,8 @@ async def checkpoint_periodically(
         await asyncio.sleep(every_seconds)
         try:
             made = await run_checkpoints(sessionmaker, kek)
+        except NoAuditKey as exc:
+            log.error("audit_checkpoint_failed", reason=str(exc))  # noqa: TRY400 (no trace)
         except Exception as exc:
             # The type only: a driver message can quote SQL and values.
             log.error("audit_checkpoint_failed", error_type=type(exc).__name__)  # noqa: TRY400

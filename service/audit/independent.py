@@ -268,33 +268,110 @@ def parse_head(text: str) -> tuple[int, str] | None:
     return int(seq), digest
 
 
+class InputError(Exception):
+    """An input file the verifier cannot use: which one (`export`, `--checkpoint`, `--keys`),
+    where it is, and what is wrong with it."""
+
+    def __init__(self, which: str, path: str, detail: str):
+        super().__init__(detail)
+        self.which, self.path, self.detail = which, path, detail
+
+    def verdict(self) -> dict[str, Any]:
+        return {
+            "ok": False,
+            "reason": "unreadable_input",
+            "file": self.which,
+            "path": self.path,
+            "detail": self.detail,
+        }
+
+
+def _read(which: str, path: str) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return handle.read()
+    except OSError as exc:
+        detail = f"cannot be read ({exc.strerror or type(exc).__name__})"
+        raise InputError(which, path, detail) from None
+
+
+def _json_object(which: str, path: str) -> dict[str, Any]:
+    try:
+        document = json.loads(_read(which, path))
+    except (ValueError, RecursionError):
+        raise InputError(which, path, "is not JSON") from None
+    if not isinstance(document, dict):
+        raise InputError(which, path, "is not a JSON object")
+    return cast("dict[str, Any]", document)
+
+
+def _checkpoint_jws(path: str) -> str:
+    """The `jws` of a `GET /v1/audit/checkpoints/latest` answer."""
+    document = _json_object("--checkpoint", path)
+    compact = document.get("jws")
+    if not isinstance(compact, str):
+        raise InputError(
+            "--checkpoint", path, "has no 'jws' string (save GET /v1/audit/checkpoints/latest)"
+        )
+    return compact
+
+
+def _jwks(path: str) -> dict[str, Any]:
+    """A `GET /v1/audit/keys` answer: an object with a list of key objects."""
+    document = _json_object("--keys", path)
+    keys = document.get("keys")
+    if not isinstance(keys, list):
+        raise InputError("--keys", path, "has no 'keys' list (save GET /v1/audit/keys)")
+    if not all(isinstance(key, dict) and isinstance(key.get("kty"), str) for key in keys):
+        raise InputError("--keys", path, "is not a JWKS: every key must be an object with 'kty'")
+    return document
+
+
 def run(
     export_path: str, checkpoint_path: str | None, keys_path: str | None, head: str | None = None
 ) -> int:
-    """The command: prints a JSON verdict; exit status 0 when everything verified."""
+    """The command: prints a JSON verdict; exit status 0 when everything verified, 1 when
+    something did not, 2 when an input cannot be used (the verdict names the file and why)."""
     known = parse_head(head) if head is not None else None
     if head is not None and known is None:
         print(json.dumps({"ok": False, "reason": "--head must be SEQ:HASH (64 lowercase hex)"}))
         return 2
-    with open(export_path, encoding="utf-8", errors="replace") as handle:
-        events = [_parsed(line) for line in handle if line.strip()]
+    if checkpoint_path and not keys_path:
+        print(json.dumps({"ok": False, "reason": "a checkpoint needs --keys to be checked"}))
+        return 2
+    try:
+        lines = _read("export", export_path).splitlines()
+        checkpoint_jws = _checkpoint_jws(checkpoint_path) if checkpoint_path else None
+        jwks = _jwks(keys_path) if checkpoint_path and keys_path else None
+    except InputError as refused:
+        print(json.dumps(refused.verdict()))
+        return 2
+    events = [_parsed(line) for line in lines if line.strip()]
     checkpoint: dict[str, Any] | None = None
-    if checkpoint_path:
-        with open(checkpoint_path, encoding="utf-8") as handle:
-            document = json.load(handle)
-        if not keys_path:
-            print(json.dumps({"ok": False, "reason": "a checkpoint needs --keys to be checked"}))
-            return 2
-        with open(keys_path, encoding="utf-8") as handle:
-            claims = checkpoint_claims(document["jws"], json.load(handle))
+    if checkpoint_jws is not None and jwks is not None:
+        claims = _checkpoint_claims_safely(checkpoint_jws, jwks)
         tenants = {e.get("tenant_id") for e in events if isinstance(e, dict)}
-        if claims is None or (tenants and claims.get("tenant") not in tenants):
+        if (
+            claims is None
+            or not _is_int(claims.get("seq"))
+            or not isinstance(claims.get("hash"), str)
+            or (tenants and claims.get("tenant") not in tenants)
+        ):
             print(json.dumps({"ok": False, "reason": "checkpoint_signature_invalid"}))
             return 1
         checkpoint = {"seq": claims["seq"], "hash": claims["hash"]}
     verdict = verify_events(events, checkpoint, known)
     print(json.dumps(verdict.as_dict()))
     return 0 if verdict.ok else 1
+
+
+def _checkpoint_claims_safely(compact: str, jwks: dict[str, Any]) -> dict[str, Any] | None:
+    """`checkpoint_claims`, with a key set joserfc cannot import (a key of an unknown type or
+    with missing members) treated as one that signed nothing."""
+    try:
+        return checkpoint_claims(compact, jwks)
+    except (KeyError, TypeError, AttributeError):
+        return None
 
 
 def _parsed(line: str) -> object:

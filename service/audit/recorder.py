@@ -32,7 +32,7 @@ from sqlalchemy.dialects.postgresql import ARRAY, UUID
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.types import Text
 
-from service.audit.checkpoints import insert_checkpoint, signing_key
+from service.audit.checkpoints import NoAuditKey, insert_checkpoint, signing_key
 from service.audit.trail import AuditTrail, attach_trail
 from service.auth.principal import Principal
 from service.auth.scopes import ALL_SCOPES
@@ -354,11 +354,26 @@ class _Call:
     ) -> None:
         """Every N rows a checkpoint, in the row's own transaction (while the tenant's append
         lock is held): the tail after the newest checkpoint is bounded in rows, not only in
-        seconds, and the checkpoint exists exactly when its row does."""
+        seconds, and the checkpoint exists exactly when its row does.
+
+        A checkpoint that cannot be signed (no key this process can open, a refused insert)
+        never fails the call: the row is the record and the checkpoint only a later proof of
+        it. The failure is logged and the timed signer signs the head on its next run. Before,
+        a key the app could not unseal made every call due a checkpoint a 503, for good."""
         every = self.runtime.settings.audit.checkpoint_rows
-        if every > 0 and seq % every == 0:
-            key = await signing_key(session, self.runtime.kek)
-            await insert_checkpoint(session, key, tenant_id, seq, row_hash)
+        if every <= 0 or seq % every != 0:
+            return
+        key = await signing_key(session, self.runtime.kek)
+        if key is None:
+            _log.error("audit_checkpoint_not_signed", seq=seq, reason=str(NoAuditKey()))
+            return
+        try:
+            # A savepoint: a refused insert must not abort the call's transaction.
+            async with session.begin_nested():
+                await insert_checkpoint(session, key, tenant_id, seq, row_hash)
+        except Exception as exc:
+            # The type only: a driver message can quote SQL and values.
+            _log.error("audit_checkpoint_not_signed", seq=seq, error_type=type(exc).__name__)
 
     def receipt_header(self) -> tuple[bytes, bytes] | None:
         """`Audit-Receipt` for a caller who sent `Prefer: audit-receipt`: its own row's seq and

@@ -78,4 +78,7 @@ class VerifyOut(msgspec.Struct, kw_only=True):
     head_seq: int
     head_hash: str | None
     checkpoint: CheckpointVerdict | None
-    """The first checkpoint in the range that failed, else the latest one in the range."""
+    """The first signed checkpoint in the range that failed, else the latest one in the range."""
+    unsigned_checkpoints: list[int]
+    """Seqs of stored checkpoints that no audit key signed for this tenant and seq (at most
+    100): they prove nothing and count for nothing; a planted row is reported here."""

@@ -195,6 +195,7 @@ class AuditService:
             )
             if verdict
             else None,
+            unsigned_checkpoints=report.unsigned,
         )
 
     async def latest_checkpoint(self) -> CheckpointOut:

@@ -20,6 +20,8 @@ from service.db.models import AuditCheckpoint, AuditEvent, AuditHead
 
 GENESIS = bytes(32)
 MAX_VERIFY_ROWS = 1_000_000
+MAX_UNSIGNED_LISTED = 100
+"""Unsigned checkpoints named in a report (the app role can insert any number of them)."""
 
 _FIRST_BAD = text(
     """
@@ -98,6 +100,9 @@ class VerifyReport:
     head_seq: int
     head_hash: bytes | None
     checkpoint: CheckpointCheck | None
+    unsigned: list[int]
+    """Seqs of stored checkpoints no audit key signed for this tenant and seq: they prove
+    nothing, so they count for nothing (reported, never a cut or a mismatch)."""
 
     @property
     def ok(self) -> bool:
@@ -158,9 +163,13 @@ async def verify_range(
     first_bad, reason = (int(bad[0]), str(bad[1])) if bad else (None, None)
     if first_bad is None and last >= from_seq and (last_seen or 0) < min(last, head_seq):
         first_bad, reason = (last_seen or from_seq - 1) + 1, "missing_row"
+    jwks = await public_keys(session)
+    unsigned: list[int] = []
     if first_bad is None and last >= head_seq:  # the range reaches the end of the chain
-        first_bad, reason = await _check_end(session, tenant_id, last_seen, head_seq, head_hash)
-    checkpoint = await _check_checkpoints(session, tenant_id, from_seq, last)
+        first_bad, reason = await _check_end(
+            session, tenant_id, last_seen, head_seq, head_hash, jwks, unsigned
+        )
+    checkpoint = await _check_checkpoints(session, tenant_id, from_seq, last, jwks, unsigned)
     if (
         first_bad is None
         and checkpoint is not None
@@ -180,7 +189,17 @@ async def verify_range(
         head_seq=head_seq,
         head_hash=head_hash,
         checkpoint=checkpoint,
+        unsigned=sorted(set(unsigned))[:MAX_UNSIGNED_LISTED],
     )
+
+
+def _genuine(row: AuditCheckpoint, tenant_id: uuid.UUID, jwks: dict[str, Any]) -> bytes | None:
+    """The hash a checkpoint row's JWS signs, when an audit key signed it for this tenant and
+    this seq; None for anything else (junk, an unknown key, another tenant's or seq's JWS)."""
+    payload = verify_signature(row.jws or "", jwks)
+    if not payload or payload.get("tenant") != str(tenant_id) or payload.get("seq") != row.seq:
+        return None
+    return _signed_hash(payload) or None
 
 
 async def _check_end(
@@ -189,14 +208,28 @@ async def _check_end(
     last_seen: int | None,
     head_seq: int,
     head_hash: bytes | None,
+    jwks: dict[str, Any],
+    unsigned: list[int],
 ) -> tuple[int | None, str | None]:
     """The chain's end: rows must reach every signed checkpoint (a truncated tail, even with the
-    head moved back, is missing rows) and the head must name the last row."""
-    top_checkpoint = await session.scalar(
-        select(func.max(AuditCheckpoint.seq)).where(AuditCheckpoint.tenant_id == tenant_id)
-    )
+    head moved back, is missing rows) and the head must name the last row. Only checkpoints an
+    audit key signed count: the highest row of any kind did, and one unsigned row the app could
+    insert (and never delete) made a tenant's verify report a cut tail for ever."""
     last = last_seen or 0
-    if last < max(head_seq, top_checkpoint or 0):
+    if last < head_seq:
+        return last + 1, "missing_row"
+    beyond = await session.scalars(
+        select(AuditCheckpoint)
+        .where(AuditCheckpoint.tenant_id == tenant_id, AuditCheckpoint.seq > last)
+        .order_by(AuditCheckpoint.seq)
+    )
+    cut = False
+    for row in beyond:
+        if _genuine(row, tenant_id, jwks) is None:
+            unsigned.append(row.seq)
+        else:
+            cut = True
+    if cut:
         return last + 1, "missing_row"
     if head_seq and head_hash != await _row_hash(session, tenant_id, head_seq):
         return head_seq, "head_mismatch"
@@ -220,10 +253,16 @@ async def _check_known(
 
 
 async def _check_checkpoints(
-    session: AsyncSession, tenant_id: uuid.UUID, from_seq: int, to_seq: int
+    session: AsyncSession,
+    tenant_id: uuid.UUID,
+    from_seq: int,
+    to_seq: int,
+    jwks: dict[str, Any],
+    unsigned: list[int],
 ) -> CheckpointCheck | None:
-    """Every checkpoint in the range must carry a valid signature over the hash the chain has at
-    its seq. Answers the first one that does not, else the latest one."""
+    """Every signed checkpoint in the range must carry the hash the chain has at its seq (and
+    the row's stored hash must be the signed one). Answers the first one that does not, else
+    the latest one. Rows no audit key signed are listed in `unsigned` and judged no further."""
     rows = (
         await session.scalars(
             select(AuditCheckpoint)
@@ -236,7 +275,6 @@ async def _check_checkpoints(
     ).all()
     if not rows:
         return None
-    jwks = await public_keys(session)
     stored = await session.execute(
         select(AuditEvent.seq, AuditEvent.row_hash).where(
             AuditEvent.tenant_id == tenant_id,
@@ -246,22 +284,17 @@ async def _check_checkpoints(
     chain = {int(seq): _bytes(row_hash) for seq, row_hash in stored.all()}
     result: CheckpointCheck | None = None
     for row in rows:
-        payload = verify_signature(row.jws or "", jwks)
-        signed_hash = _signed_hash(payload)
-        stored_hash = _bytes(row.row_hash) or b""
-        signature_valid = bool(
-            payload
-            and signed_hash
-            and payload.get("tenant") == str(tenant_id)
-            and payload.get("seq") == row.seq
-            and signed_hash == stored_hash
-        )
+        signed_hash = _genuine(row, tenant_id, jwks)
+        if signed_hash is None:
+            unsigned.append(row.seq)
+            continue
         in_chain = chain.get(row.seq)
         result = CheckpointCheck(
             seq=row.seq,
-            row_hash=signed_hash or stored_hash,
+            row_hash=signed_hash,
             jws=row.jws or "",
-            signature_valid=signature_valid,
+            # A genuine JWS over another hash than the row's column: the column was edited.
+            signature_valid=signed_hash == (_bytes(row.row_hash) or b""),
             matches_chain=in_chain is not None and in_chain == signed_hash,
         )
         if not (result.signature_valid and result.matches_chain):

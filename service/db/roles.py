@@ -29,7 +29,12 @@ _LOGIN_PROBLEMS = text(
                AS rls_forced,
            has_table_privilege('signing_keys', 'INSERT')
                OR has_table_privilege('signing_keys', 'UPDATE')
-               OR has_table_privilege('signing_keys', 'DELETE') AS writes_keys
+               OR has_table_privilege('signing_keys', 'DELETE') AS writes_keys,
+           has_table_privilege('audit_signing_keys', 'INSERT')
+               OR has_table_privilege('audit_signing_keys', 'UPDATE')
+               OR has_table_privilege('audit_signing_keys', 'DELETE') AS writes_audit_keys,
+           (SELECT relrowsecurity FROM pg_class WHERE oid = 'audit_checkpoints'::regclass)
+               AS checkpoints_guarded
       FROM pg_roles r, pg_class c
      WHERE r.rolname = session_user AND c.oid = 'audit_events'::regclass
     """
@@ -72,4 +77,9 @@ async def login_problems(engine: AsyncEngine) -> list[str]:
     if row.writes_keys:
         # It could publish a token key of its own (review item 5).
         found.append("the app role may write token signing keys")
+    if row.writes_audit_keys:
+        # A key it planted was trusted: calls stopped, forged checkpoints verified.
+        found.append("the app role may write audit signing keys")
+    if not row.checkpoints_guarded:
+        found.append("row-level security is off on audit_checkpoints")
     return found
