@@ -237,6 +237,8 @@ async def build_runtime(
         login_problems=await _checked_login(engine),
         token_gate=TokenGate(
             max_in_flight=settings.auth.token_max_in_flight,
+            max_in_flight_per_source=settings.auth.token_max_in_flight_per_source,
+            max_in_flight_per_client=settings.auth.token_max_in_flight_per_client,
             failure_burst=settings.auth.token_failure_burst,
             failures_per_minute=settings.auth.token_failures_per_minute,
         ),

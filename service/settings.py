@@ -135,6 +135,12 @@ class AuthSettings:
     external_issuers: `MEMGATE_EXTERNAL_ISSUERS`; JSON list of `ExternalIssuer` fields.
     token_max_in_flight: `MEMGATE_TOKEN_MAX_IN_FLIGHT`; token requests this process works on at
         once (waiting for or running a secret check); more answer 503 with `Retry-After`.
+    token_max_in_flight_per_source: `MEMGATE_TOKEN_MAX_IN_FLIGHT_PER_SOURCE`; the share of that
+        bound one source address (an IPv6 /64) may hold (at most the bound; more answer 503).
+        Behind a proxy every caller shares its address: raise it to the bound there.
+    token_max_in_flight_per_client: `MEMGATE_TOKEN_MAX_IN_FLIGHT_PER_CLIENT`; the share one
+        client id may hold (at most the bound). Also the most failures of one client id that
+        can be in flight before the first of them counts.
     token_failure_burst: `MEMGATE_TOKEN_FAILURE_BURST`; failed client authentications a client
         id, and separately a source address, may have at once before answers turn to 429.
     token_failures_per_minute: `MEMGATE_TOKEN_FAILURES_PER_MINUTE`; how fast that allowance
@@ -153,14 +159,26 @@ class AuthSettings:
     jwks_refetch_seconds: float = 30.0
     external_issuers: tuple[ExternalIssuer, ...] = ()
     token_max_in_flight: int = 16
+    token_max_in_flight_per_source: int = 8
+    token_max_in_flight_per_client: int = 4
     token_failure_burst: int = 10
     token_failures_per_minute: float = 10.0
     token_db_wait_seconds: float = 2.0
 
     def __post_init__(self) -> None:
-        if self.token_max_in_flight < 1 or self.token_failure_burst < 1:
+        if (
+            min(
+                self.token_max_in_flight,
+                self.token_max_in_flight_per_source,
+                self.token_max_in_flight_per_client,
+                self.token_failure_burst,
+            )
+            < 1
+        ):
             raise ValueError(
-                "MEMGATE_TOKEN_MAX_IN_FLIGHT and MEMGATE_TOKEN_FAILURE_BURST must be at least 1"
+                "MEMGATE_TOKEN_MAX_IN_FLIGHT, MEMGATE_TOKEN_MAX_IN_FLIGHT_PER_SOURCE, "
+                "MEMGATE_TOKEN_MAX_IN_FLIGHT_PER_CLIENT and MEMGATE_TOKEN_FAILURE_BURST must be "
+                "at least 1"
             )
         if self.token_failures_per_minute <= 0 or self.token_db_wait_seconds <= 0:
             raise ValueError(
@@ -188,6 +206,8 @@ class AuthSettings:
             jwks_refetch_seconds=float(_env("MEMGATE_JWKS_REFETCH_SECONDS", "30")),
             external_issuers=tuple(ExternalIssuer.from_mapping(i) for i in issuers_raw),
             token_max_in_flight=_env_int("MEMGATE_TOKEN_MAX_IN_FLIGHT", 16),
+            token_max_in_flight_per_source=_env_int("MEMGATE_TOKEN_MAX_IN_FLIGHT_PER_SOURCE", 8),
+            token_max_in_flight_per_client=_env_int("MEMGATE_TOKEN_MAX_IN_FLIGHT_PER_CLIENT", 4),
             token_failure_burst=_env_int("MEMGATE_TOKEN_FAILURE_BURST", 10),
             token_failures_per_minute=float(_env("MEMGATE_TOKEN_FAILURES_PER_MINUTE", "10")),
             token_db_wait_seconds=float(_env("MEMGATE_TOKEN_DB_WAIT_SECONDS", "2")),

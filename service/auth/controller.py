@@ -128,9 +128,8 @@ class OAuthController(Controller):
             )
             return _refusal(request, busy, presented)
         finally:
-            admission.settle(
-                authenticated=outcome is not None and not outcome.failed_authentication
-            )
+            # A database that did not answer is not the caller's failure.
+            admission.settle(failed=outcome is not None and outcome.failed_authentication)
         status, body, extra = outcome.answer
         response_headers = dict(_NO_STORE)
         response_headers.update({k: v for k, v in extra if k.lower() == "www-authenticate"})

@@ -20,6 +20,9 @@ class Principal:
     actor_id: uuid.UUID | None = None
     """The agent acting for `principal_id` (a delegated token): the call sees only what both
     may see."""
+    embedded: bool = False
+    """The token came from the embedded issuer, so `client_id` names one of the tenant's
+    clients (an external IdP's client ids are its own)."""
 
     def has_scope(self, scope: str) -> bool:
         return scope in self.scopes

@@ -36,9 +36,11 @@ class OAuthInvalidScope(Problem, slug="oauth-invalid-scope", status=400, title=_
 
 
 class OAuthOverloaded(Problem, slug="oauth-overloaded", status=503, title="Token endpoint busy"):
-    """Too many token requests are in flight, or the database did not answer in time; retry
-    after `retry_after` seconds (also in `Retry-After`). Tokens already issued keep working.
-    Carries RFC 6749's members too (`error`: `temporarily_unavailable`)."""
+    """Too many token requests are in flight (in the process, from this source or for this
+    client id), or the database did not answer in time; nothing failed and nothing was counted
+    against the caller. Retry after `retry_after` seconds (also in `Retry-After`). Tokens
+    already issued keep working. Carries RFC 6749's members too (`error`:
+    `temporarily_unavailable`)."""
 
     def __init__(self, detail: str, *, retry_after: int) -> None:
         super().__init__(

@@ -50,6 +50,7 @@ async def resolve_principal(session: AsyncSession, token: VerifiedToken) -> Prin
         token_id=token.token_id,
         issuer=token.issuer.issuer,
         act=token.act,
+        embedded=token.issuer.embedded,
     )
 
 
@@ -114,6 +115,7 @@ async def _delegated(session: AsyncSession, token: VerifiedToken) -> Principal:
         issuer=token.issuer.issuer,
         act=token.act,
         actor_id=agent_id,
+        embedded=True,
     )
 
 
@@ -182,3 +184,41 @@ async def _external_principal(session: AsyncSession, token: VerifiedToken) -> _H
         return None
     principal_id, principal_kind, admin_approved = found
     return _Holder(principal_id, principal_kind != "agent" and bool(admin_approved))
+
+
+async def admin_credentials_live(session: AsyncSession, caller: Principal) -> bool:
+    """Whether the credentials an admin call was authenticated with still hold: its principal
+    enabled and, for our own tokens, its client enabled; for an external token with admin
+    scopes, its approval still there. Authentication checked this at the start of the request;
+    a change that must not act on stale credentials (a policy change, under the tenant's
+    policy lock) checks again. Delegated calls never carry admin scopes, so never pass."""
+    if caller.actor_id is not None:
+        return False
+    live = select(PrincipalRow.id).where(
+        PrincipalRow.tenant_id == caller.tenant_id,
+        PrincipalRow.id == caller.principal_id,
+        PrincipalRow.disabled_at.is_(None),
+    )
+    if caller.embedded:
+        try:
+            client_id = uuid.UUID(caller.client_id)
+        except ValueError:
+            return False
+        live = live.where(
+            exists().where(
+                Client.tenant_id == PrincipalRow.tenant_id,
+                Client.principal_id == PrincipalRow.id,
+                Client.client_id == client_id,
+                Client.disabled_at.is_(None),
+            )
+        )
+    elif caller.scopes & ADMIN_SCOPES:
+        live = live.where(
+            exists().where(
+                CasbinRule.tenant_id == PrincipalRow.tenant_id,
+                CasbinRule.ptype == "g",
+                CasbinRule.v0 == PrincipalRow.kind + ":" + cast(PrincipalRow.id, Text),
+                CasbinRule.v1 == EXTERNAL_ADMIN,
+            )
+        )
+    return await session.scalar(live) is not None

@@ -134,7 +134,8 @@ class ClientController(Controller):
     async def disable_client(
         self, request: AuthedRequest, client_id: FromPath[str], db: Db
     ) -> ClientOut:
-        """Disable a client: new tokens are refused and its live tokens stop working at once."""
+        """Disable a client: new tokens are refused and its live tokens stop working at once.
+        Not the last working admin client of the tenant's policy admins (409)."""
         return await _service(request, db).set_client_enabled(
             request.user, parse_id(client_id), enabled=False
         )

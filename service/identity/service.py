@@ -39,7 +39,7 @@ from service.identity.schemas import (
     RoleGrant,
 )
 from service.policy.compile import add_own_grants, lock_policy, recompile
-from service.policy.powers import auditor_count
+from service.policy.powers import auditor_count, working_policy_admins
 from service.policy.problems import LastRoleHolder
 from service.policy.rules import add_rules, personal_space_rules, principal_name
 from service.policy.seed import bootstrap_rules
@@ -140,12 +140,11 @@ class IdentityService:
         if await self._session.get(Principal, (self._tenant_id, principal_id)) is None:
             raise PrincipalNotFound(f"No principal {principal_id} in your tenant.")
         # The tenant's policy lock serialises concurrent removals, so two of them cannot each
-        # see another auditor left and together remove the last two.
-        await lock_policy(self._session, self._tenant_id)
-        # The route guard ran before the lock; a concurrent change may have taken the caller's
-        # admin grant since (the same re-check every policy change makes).
+        # see another auditor left and together remove the last two. The route guard ran
+        # before the lock; a concurrent change may have taken the caller's admin grant or
+        # disabled its client since (the same re-check every policy change makes).
         policy = PolicyService(self._session, caller)
-        await policy.require_policy_admin()
+        await policy.lock_and_recheck()
         await policy.require_not_outranked(principal_id)
         removed = await self._session.scalar(
             delete(RoleAssignment)
@@ -218,13 +217,18 @@ class IdentityService:
         return [_client_out(row) for row in rows.all()]
 
     async def set_client_enabled(
-        self, caller: CallerScopes, client_id: uuid.UUID, *, enabled: bool
+        self, caller: Caller, client_id: uuid.UUID, *, enabled: bool
     ) -> ClientOut:
         """Disable or re-enable a client. Disabling is protective: any policy admin may stop a
         client unless it holds an admin scope the caller lacks (a lower admin cannot lock out a
-        higher one). Re-enabling hands working credentials back, so it takes the ceilings of
-        registration: every scope of the client held by the caller, and `manage:tenant` for a
-        client acting as another user or service. Idempotent."""
+        higher one), or unless it is the last working admin client of the tenant's policy
+        admins (nobody could manage access again). Re-enabling hands working credentials back,
+        so it takes the ceilings of registration: every scope of the client held by the caller,
+        and `manage:tenant` for a client acting as another user or service. Idempotent."""
+        # Under the tenant's policy lock, like every change of who may administer it: two
+        # admins disabling each other's clients at once both passed the route guard, and each
+        # saw the other's client still working (red-team finding 3).
+        await PolicyService(self._session, caller).lock_and_recheck()
         row = await self._session.get(Client, (self._tenant_id, client_id), with_for_update=True)
         if row is None:
             raise ClientNotFound(f"No client {client_id} in your tenant.")
@@ -243,6 +247,18 @@ class IdentityService:
             row.disabled_at = None
         elif row.disabled_at is None:
             row.disabled_at = datetime.now(UTC)
+            await self._session.flush()
+            if (
+                row.kind == "admin"
+                and Scope.MANAGE_POLICY in row.allowed_scopes
+                and not await working_policy_admins(self._session, self._tenant_id)
+            ):
+                raise LastRoleHolder(
+                    f"Client {client_id} is the last working admin client of your tenant's "
+                    "policy admins: disabling it would leave nobody able to manage access, and "
+                    "nothing in the API could undo it. Nothing was changed. Register an admin "
+                    "client with manage:policy for another policy admin (or add one) first."
+                )
         await self._session.flush()
         return _client_out(row)
 

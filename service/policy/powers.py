@@ -9,7 +9,7 @@ import uuid
 from sqlalchemy import func, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from service.auth.scopes import ADMIN_SCOPES
+from service.auth.scopes import ADMIN_SCOPES, Scope
 from service.db.models import CasbinRule, Client, RoleAssignment
 from service.db.models import Principal as PrincipalRow
 from service.policy.compile import CASBIN_MAX_HIERARCHY
@@ -48,7 +48,13 @@ async def admin_powers(
     return frozenset(powers)
 
 
-_POLICY_ADMINS = text(
+# A policy admin counts only if it can still act as one: an enabled user or service reaching
+# the role, with an enabled admin client carrying `manage:policy` or an approved external
+# mapping (its IdP then decides what its tokens carry). Agents never hold admin scopes, and a
+# member without such credentials cannot manage anything (red-team: a tenant whose only
+# "admins" were an agent and a client-less user let its last real admin disable itself).
+# DISTINCT: one principal can reach the role along several chains.
+_WORKING_POLICY_ADMINS = text(
     """
     WITH RECURSIVE members(name, depth) AS (
         SELECT CAST(:role AS text), 0
@@ -57,17 +63,40 @@ _POLICY_ADMINS = text(
           JOIN casbin_rule g ON g.tenant_id = :tenant AND g.ptype = 'g' AND g.v1 = m.name
          WHERE m.depth < :max_depth
     )
-    SELECT count(*) FROM principals p
+    SELECT count(DISTINCT p.id) FROM principals p
       JOIN members m ON m.name = p.kind || ':' || p.id::text
-     WHERE p.tenant_id = :tenant AND p.disabled_at IS NULL
+     WHERE p.tenant_id = :tenant AND p.disabled_at IS NULL AND p.kind <> 'agent'
+       AND (
+            EXISTS (
+                SELECT 1 FROM clients c
+                 WHERE c.tenant_id = p.tenant_id AND c.principal_id = p.id
+                   AND c.kind = 'admin' AND c.disabled_at IS NULL
+                   AND CAST(:scope AS text) = ANY(c.allowed_scopes)
+            )
+         OR (
+            p.external_subject IS NOT NULL
+            AND EXISTS (
+                SELECT 1 FROM casbin_rule a
+                 WHERE a.tenant_id = p.tenant_id AND a.ptype = 'g'
+                   AND a.v0 = p.kind || ':' || p.id::text AND a.v1 = :approval
+            )
+         )
+       )
     """
 )
 
 
-async def policy_admin_count(session: AsyncSession, tenant_id: uuid.UUID) -> int:
-    """Enabled principals reaching role:policy_admin (directly or through teams)."""
-    params = {"tenant": tenant_id, "role": POLICY_ADMIN, "max_depth": CASBIN_MAX_HIERARCHY}
-    return int((await session.execute(_POLICY_ADMINS, params)).scalar_one())
+async def working_policy_admins(session: AsyncSession, tenant_id: uuid.UUID) -> int:
+    """Policy admins (directly or through teams) that can still manage the tenant's access:
+    enabled users and services with a working admin credential (see the statement)."""
+    params = {
+        "tenant": tenant_id,
+        "role": POLICY_ADMIN,
+        "max_depth": CASBIN_MAX_HIERARCHY,
+        "scope": str(Scope.MANAGE_POLICY),
+        "approval": EXTERNAL_ADMIN,
+    }
+    return int((await session.execute(_WORKING_POLICY_ADMINS, params)).scalar_one())
 
 
 async def auditor_count(session: AsyncSession, tenant_id: uuid.UUID) -> int:

@@ -36,8 +36,10 @@ class PersonalSpace(Problem, slug="personal-space", status=422, title="Personal 
 
 
 class LastRoleHolder(Problem, slug="last-role-holder", status=409, title="Last role holder"):
-    """The tenant's last policy admin or last auditor cannot be removed: nobody could manage
-    the tenant's access or read its audit log any more. Give the role to someone else first."""
+    """The tenant's last policy admin or last auditor cannot be removed, and the last working
+    admin client (enabled, holding `manage:policy`) of its policy admins cannot be disabled:
+    nobody could manage the tenant's access or read its audit log any more. Give the role (or
+    an admin client) to someone else first."""
 
 
 class PolicyReadSelfOnly(

@@ -13,12 +13,13 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.auth.principal import Principal as Caller
+from service.auth.resolver import admin_credentials_live
 from service.auth.scopes import ADMIN_SCOPES, Scope
 from service.db.base import uuid7
 from service.db.models import Delegation, Principal, Space, SpaceGrant, Team, Tenant
 from service.identity.problems import PrincipalNotFound
 from service.policy.compile import CASBIN_MAX_HIERARCHY, apply_changes, lock_policy
-from service.policy.powers import admin_powers, policy_admin_count
+from service.policy.powers import admin_powers, working_policy_admins
 from service.policy.problems import (
     LastRoleHolder,
     PersonalSpace,
@@ -55,7 +56,7 @@ from service.policy.schemas import (
     TeamCreate,
     TeamOut,
 )
-from service.problems import InsufficientScope
+from service.problems import InsufficientScope, NotAuthenticated
 
 _REACHES = text(
     """
@@ -131,6 +132,21 @@ class PolicyService:
                 "Changing policy needs 'manage:policy' and the role:policy_admin grant in "
                 "your tenant; ask a policy admin to add you to it."
             )
+
+    async def lock_and_recheck(self) -> None:
+        """Take the tenant's policy lock, then check the caller again. The route guard and
+        authentication ran before the lock; a concurrent change may since have taken the
+        caller's admin grant or disabled its client (two admins removing each other, or
+        disabling each other's clients, both passed them). Under the lock each statement reads
+        what the other committed, so the second change is refused."""
+        await lock_policy(self._session, self._tenant_id)
+        if not await admin_credentials_live(self._session, self._caller):
+            raise NotAuthenticated(
+                "Your client or principal was disabled while this request waited for your "
+                "tenant's policy lock; nothing was changed.",
+                error="invalid_token",
+            )
+        await self.require_policy_admin()
 
     # teams ------------------------------------------------------------------------------
 
@@ -210,8 +226,7 @@ class PolicyService:
             )
         # Under the policy lock, like the change itself: the powers and the admin check read
         # what concurrent changes committed.
-        await lock_policy(self._session, self._tenant_id)
-        await self.require_policy_admin()
+        await self.lock_and_recheck()
         await self.require_not_outranked(principal_id)
         return await self._change(remove=[rule])
 
@@ -347,20 +362,17 @@ class PolicyService:
     async def _change(
         self, *, add: list[Rule] | None = None, remove: list[Rule] | None = None
     ) -> PolicyChange:
-        await lock_policy(self._session, self._tenant_id)
-        # The route guard checked the caller before the lock; a concurrent change may have
-        # taken its role since (two admins removing each other both passed the guard). Under
-        # the lock each statement reads what the other committed.
-        await self.require_policy_admin()
+        await self.lock_and_recheck()
         await add_rules(self._session, self._tenant_id, add or [])
         for rule in remove or []:
             await remove_rule(self._session, self._tenant_id, rule)
-        if any(rule.ptype == "g" for rule in remove or []) and not await policy_admin_count(
+        if any(rule.ptype == "g" for rule in remove or []) and not await working_policy_admins(
             self._session, self._tenant_id
         ):
             raise LastRoleHolder(
-                "That change would leave your tenant without a policy admin; nothing was "
-                "changed. Add another policy admin first."
+                "That change would leave your tenant without a working policy admin (an "
+                "enabled user or service in role:policy_admin with an enabled admin client "
+                "holding manage:policy); nothing was changed. Add another policy admin first."
             )
         for ptype in {rule.ptype for rule in add or []} & {"g", "g2"}:
             if await longest_chain(self._session, self._tenant_id, ptype) > MAX_CHAIN:
