@@ -165,6 +165,12 @@ class AuthSettings:
     token_failures_per_minute: float = 10.0
     token_db_wait_seconds: float = 2.0
 
+    @property
+    def trusted_external_issuers(self) -> frozenset[str]:
+        """The `iss` values of the external issuers: the only ones a principal may be mapped to
+        (a mapping to any other could never log in)."""
+        return frozenset(external.issuer for external in self.external_issuers)
+
     def __post_init__(self) -> None:
         if (
             min(

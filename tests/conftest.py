@@ -28,6 +28,7 @@ from service.runtime import Runtime, build_runtime
 from service.settings import (
     AuthSettings,
     DatabaseSettings,
+    ExternalIssuer,
     ObservabilitySettings,
     ServerSettings,
     Settings,
@@ -37,6 +38,10 @@ from tests.fixtures.postgres import app_login, postgres_server, with_database
 
 TEMPLATE_DB = "memgate_test_template"
 PUBLIC_URL = "http://localhost:8080"
+TRUSTED_TEST_ISSUER = "https://idp.example"
+"""The one external issuer the default test deployment trusts, so that principals can be mapped
+to it (memgate refuses mappings to an issuer it does not trust). No test presents its tokens:
+its key set address is a closed loopback port that is never fetched."""
 
 
 @pytest.fixture(scope="session")
@@ -89,7 +94,16 @@ def make_settings(database_url: str, data_dir: Path, **auth: Any) -> Settings:
         database=DatabaseSettings(url=database_url, data_dir=data_dir, pool_size=5),
         server=ServerSettings(public_url=PUBLIC_URL),
         auth=replace(
-            AuthSettings(key_encryption_key=base64.urlsafe_b64encode(os.urandom(32)).decode()),
+            AuthSettings(
+                key_encryption_key=base64.urlsafe_b64encode(os.urandom(32)).decode(),
+                external_issuers=(
+                    ExternalIssuer(
+                        issuer=TRUSTED_TEST_ISSUER,
+                        audience="memgate",
+                        jwks_url="http://127.0.0.1:9/jwks",
+                    ),
+                ),
+            ),
             **auth,
         ),
     )

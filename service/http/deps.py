@@ -28,6 +28,12 @@ async def provide_db(request: Request[Any, Any, Any]) -> AsyncSession:
     )
 
 
+def trusted_issuers(request: Request[Any, Any, Any]) -> frozenset[str]:
+    """The `iss` of the configured external issuers, for the services that map principals to
+    them or count the admins they let log in."""
+    return provide_runtime(request.app.state).settings.auth.trusted_external_issuers
+
+
 Db = NamedDependency[AsyncSession]
 """The request's session (one transaction per request)."""
 Rt = NamedDependency[Runtime]

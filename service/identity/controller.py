@@ -12,7 +12,7 @@ from service.auth.guards import requires
 from service.auth.principal import Principal
 from service.auth.scopes import Scope
 from service.auth.tokens import VerifiedToken
-from service.http.deps import Db
+from service.http.deps import Db, trusted_issuers
 from service.http.params import parse_id
 from service.identity.schemas import (
     ClientCreate,
@@ -34,7 +34,7 @@ _ADMIN = [requires(Scope.MANAGE_POLICY), requires_policy_admin]
 
 
 def _service(request: AuthedRequest, db: Db) -> IdentityService:
-    return IdentityService(db, request.user.tenant_id)
+    return IdentityService(db, request.user.tenant_id, trusted_issuers=trusted_issuers(request))
 
 
 class PrincipalController(Controller):

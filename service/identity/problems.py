@@ -24,3 +24,25 @@ class ExternalSubjectTaken(
     Problem, slug="external-subject-taken", status=409, title="External subject already mapped"
 ):
     """Another principal already maps this external issuer and subject."""
+
+
+class ExternalIssuerUntrusted(
+    Problem,
+    slug="external-issuer-untrusted",
+    status=422,
+    title="External issuer not trusted",
+):
+    """A principal was to be mapped (or approved for admin scopes) with an `external_issuer`
+    that is not one of the identity providers this deployment trusts: no token could ever
+    authenticate as it."""
+
+
+def untrusted_issuer(trusted: int) -> ExternalIssuerUntrusted:
+    """The refusal, naming the field and how many issuers are trusted, never which."""
+    return ExternalIssuerUntrusted(
+        "external_issuer must be the `iss` of one of the "
+        f"{trusted} external identity providers this deployment trusts "
+        "(MEMGATE_EXTERNAL_ISSUERS; ask its operator for them), given together with "
+        "external_subject: a mapping to any other issuer could never log in. Nothing was "
+        "changed."
+    )

@@ -28,6 +28,7 @@ from service.identity.problems import (
     ExternalSubjectTaken,
     PrincipalNotFound,
     ScopeNotAllowed,
+    untrusted_issuer,
 )
 from service.identity.schemas import (
     ClientCreate,
@@ -66,11 +67,29 @@ def new_client_secret() -> str:
 
 
 class IdentityService:
-    def __init__(self, session: AsyncSession, tenant_id: uuid.UUID) -> None:
+    def __init__(
+        self,
+        session: AsyncSession,
+        tenant_id: uuid.UUID,
+        *,
+        trusted_issuers: frozenset[str] = frozenset(),
+    ) -> None:
+        """`trusted_issuers`: the `iss` of the configured external issuers
+        (`AuthSettings.trusted_external_issuers`); none by default, so no external mapping."""
         self._session = session
         self._tenant_id = tenant_id
+        self._trusted_issuers = trusted_issuers
+
+    def _policy(self, caller: Caller) -> PolicyService:
+        return PolicyService(self._session, caller, trusted_issuers=self._trusted_issuers)
 
     async def create_principal(self, data: PrincipalCreate) -> PrincipalOut:
+        # A subject of an issuer we do not verify tokens of could never log in, yet an approved
+        # one counted as a working admin (red-team pass 2, F3): refuse it before writing.
+        if data.external_subject is not None and (
+            data.external_issuer not in self._trusted_issuers
+        ):
+            raise untrusted_issuer(len(self._trusted_issuers))
         principal = Principal(
             tenant_id=self._tenant_id,
             id=uuid7(),
@@ -143,7 +162,7 @@ class IdentityService:
         # see another auditor left and together remove the last two. The route guard ran
         # before the lock; a concurrent change may have taken the caller's admin grant or
         # disabled its client since (the same re-check every policy change makes).
-        policy = PolicyService(self._session, caller)
+        policy = self._policy(caller)
         await policy.lock_and_recheck()
         await policy.require_not_outranked(principal_id)
         removed = await self._session.scalar(
@@ -228,7 +247,7 @@ class IdentityService:
         # Under the tenant's policy lock, like every change of who may administer it: two
         # admins disabling each other's clients at once both passed the route guard, and each
         # saw the other's client still working (red-team finding 3).
-        await PolicyService(self._session, caller).lock_and_recheck()
+        await self._policy(caller).lock_and_recheck()
         row = await self._session.get(Client, (self._tenant_id, client_id), with_for_update=True)
         if row is None:
             raise ClientNotFound(f"No client {client_id} in your tenant.")
@@ -251,7 +270,9 @@ class IdentityService:
             if (
                 row.kind == "admin"
                 and Scope.MANAGE_POLICY in row.allowed_scopes
-                and not await working_policy_admins(self._session, self._tenant_id)
+                and not await working_policy_admins(
+                    self._session, self._tenant_id, self._trusted_issuers
+                )
             ):
                 raise LastRoleHolder(
                     f"Client {client_id} is the last working admin client of your tenant's "

@@ -13,7 +13,7 @@ from service.auth.guards import requires
 from service.auth.principal import Principal
 from service.auth.scopes import Scope
 from service.auth.tokens import VerifiedToken
-from service.http.deps import Db
+from service.http.deps import Db, trusted_issuers
 from service.http.params import parse_id
 from service.policy.guards import requires_policy_admin
 from service.policy.schemas import (
@@ -40,7 +40,7 @@ _DELEGATES = [requires(Scope.MANAGE_DELEGATES)]
 
 async def _admin(request: AuthedRequest, db: Db) -> PolicyService:
     """The guards have checked the scope and the policy admin grant."""
-    return PolicyService(db, request.user)
+    return PolicyService(db, request.user, trusted_issuers=trusted_issuers(request))
 
 
 class TeamController(Controller):

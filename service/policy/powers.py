@@ -5,6 +5,7 @@ owner out), and the role holders a tenant may never run out of."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Collection
 
 from sqlalchemy import func, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -50,7 +51,9 @@ async def admin_powers(
 
 # A policy admin counts only if it can still act as one: an enabled user or service reaching
 # the role, with an enabled admin client carrying `manage:policy` or an approved external
-# mapping (its IdP then decides what its tokens carry). Agents never hold admin scopes, and a
+# mapping to an issuer this deployment trusts (its IdP then decides what its tokens carry; a
+# mapping to any other issuer, or one taken out of MEMGATE_EXTERNAL_ISSUERS, can never log in:
+# red-team pass 2, F3). Agents never hold admin scopes, and a
 # member without such credentials cannot manage anything (red-team: a tenant whose only
 # "admins" were an agent and a client-less user let its last real admin disable itself).
 # DISTINCT: one principal can reach the role along several chains.
@@ -75,6 +78,7 @@ _WORKING_POLICY_ADMINS = text(
             )
          OR (
             p.external_subject IS NOT NULL
+            AND p.external_issuer = ANY(CAST(:issuers AS text[]))
             AND EXISTS (
                 SELECT 1 FROM casbin_rule a
                  WHERE a.tenant_id = p.tenant_id AND a.ptype = 'g'
@@ -86,10 +90,14 @@ _WORKING_POLICY_ADMINS = text(
 )
 
 
-async def working_policy_admins(session: AsyncSession, tenant_id: uuid.UUID) -> int:
+async def working_policy_admins(
+    session: AsyncSession, tenant_id: uuid.UUID, trusted_issuers: Collection[str]
+) -> int:
     """Policy admins (directly or through teams) that can still manage the tenant's access:
-    enabled users and services with a working admin credential (see the statement)."""
+    enabled users and services with a working admin credential (see the statement);
+    `trusted_issuers`: the `iss` of the configured external issuers."""
     params = {
+        "issuers": sorted(trusted_issuers),
         "tenant": tenant_id,
         "role": POLICY_ADMIN,
         "max_depth": CASBIN_MAX_HIERARCHY,

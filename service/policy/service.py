@@ -17,7 +17,7 @@ from service.auth.resolver import admin_credentials_live
 from service.auth.scopes import ADMIN_SCOPES, Scope
 from service.db.base import uuid7
 from service.db.models import Delegation, Principal, Space, SpaceGrant, Team, Tenant
-from service.identity.problems import PrincipalNotFound
+from service.identity.problems import PrincipalNotFound, untrusted_issuer
 from service.policy.compile import CASBIN_MAX_HIERARCHY, apply_changes, lock_policy
 from service.policy.powers import admin_powers, working_policy_admins
 from service.policy.problems import (
@@ -114,10 +114,20 @@ _EXPLAIN = text(
 
 
 class PolicyService:
-    def __init__(self, session: AsyncSession, caller: Caller):
+    def __init__(
+        self,
+        session: AsyncSession,
+        caller: Caller,
+        *,
+        trusted_issuers: frozenset[str] = frozenset(),
+    ):
+        """`trusted_issuers`: the `iss` of the configured external issuers
+        (`AuthSettings.trusted_external_issuers`): only mappings to them can be approved for
+        admin scopes or count as working admins. None by default."""
         self._session = session
         self._caller = caller
         self._tenant_id = caller.tenant_id
+        self._trusted_issuers = trusted_issuers
 
     async def require_policy_admin(self) -> None:
         name = await self._principal_name(self._caller.principal_id)
@@ -240,12 +250,18 @@ class PolicyService:
                 f"scope; your token lacks {', '.join(sorted(lacking))}.",
                 required_scope=sorted(lacking)[0],
             )
+        if not member:
+            return
         row = await self._session.get(Principal, (self._tenant_id, principal_id))
-        if member and (row is None or row.external_subject is None or row.kind == "agent"):
+        if row is None or row.external_subject is None or row.kind == "agent":
             raise PolicyNameInvalid(
                 f"Principal {principal_id} is not a user or service mapped to an external IdP "
                 "subject: only such a mapping can be approved for admin scopes."
             )
+        if row.external_issuer is None or row.external_issuer not in self._trusted_issuers:
+            # Mapped while its issuer was trusted, since taken out of the configuration: its
+            # IdP's tokens are no longer verified, so an approval would be a dead admin.
+            raise untrusted_issuer(len(self._trusted_issuers))
 
     async def require_not_outranked(self, principal_id: uuid.UUID) -> None:
         """Nobody removes a role from a principal whose admin powers exceed their own (a lower
@@ -367,7 +383,7 @@ class PolicyService:
         for rule in remove or []:
             await remove_rule(self._session, self._tenant_id, rule)
         if any(rule.ptype == "g" for rule in remove or []) and not await working_policy_admins(
-            self._session, self._tenant_id
+            self._session, self._tenant_id, self._trusted_issuers
         ):
             raise LastRoleHolder(
                 "That change would leave your tenant without a working policy admin (an "

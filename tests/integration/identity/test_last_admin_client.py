@@ -13,8 +13,11 @@ import httpx
 from sqlalchemy import text
 
 from service.auth.scopes import ADMIN_SCOPES
+from service.db.models import Principal
 from service.db.tenancy import name_tenant
-from tests.conftest import PUBLIC_URL
+from service.policy.compile import lock_policy, recompile
+from service.policy.rules import EXTERNAL_ADMIN, POLICY_ADMIN, Rule, add_rules, principal_name
+from tests.conftest import PUBLIC_URL, TRUSTED_TEST_ISSUER
 from tests.fixtures.api import Api
 
 EVERY_ADMIN_SCOPE = sorted(ADMIN_SCOPES)
@@ -150,3 +153,97 @@ async def test_two_admins_disabling_each_others_clients_at_once_leave_one_workin
                 f"/v1/roles/policy_admin/members/{member}", headers=api.admin.headers
             )
             assert gone.status_code == 200, gone.text
+
+
+UNTRUSTED = "https://issuer-memgate-does-not-trust.invalid"
+
+
+async def _principal_count(api: Api) -> int:
+    async with api.runtime.sessionmaker.begin() as session:
+        await name_tenant(session, uuid.UUID(api.tenant_id))  # row-level security
+        found = await session.scalar(
+            text("SELECT count(*) FROM principals WHERE tenant_id = :t"),
+            {"t": uuid.UUID(api.tenant_id)},
+        )
+        return int(found or 0)
+
+
+async def test_a_principal_of_an_untrusted_issuer_is_refused(api: Api) -> None:
+    """Red-team pass 2, F3: the owner mapped a subject of an issuer memgate does not trust,
+    approved it as an external admin and made it a policy admin; it then counted as a working
+    admin, so the owner could disable its own last client. The mapping itself is refused."""
+    before = await _principal_count(api)
+    for fields in (
+        {"external_issuer": UNTRUSTED, "external_subject": "nobody"},
+        {"external_subject": "nobody"},  # no issuer at all: no token could ever match it
+    ):
+        answer = await api.http.post(
+            "/v1/principals",
+            json={"display_name": "ghost", "kind": "user", **fields},
+            headers=api.admin.headers,
+        )
+        assert answer.status_code == 422, answer.text
+        assert answer.headers["content-type"].startswith("application/problem+json")
+        problem: dict[str, Any] = answer.json()
+        assert problem["type"].endswith("/external-issuer-untrusted")
+        assert "external_issuer" in problem["detail"]
+        assert "1 " in problem["detail"]  # the test deployment trusts one external issuer
+        assert UNTRUSTED not in problem["detail"]
+    assert await _principal_count(api) == before
+
+
+async def test_an_external_admin_of_an_issuer_no_longer_trusted_does_not_count(api: Api) -> None:
+    """A mapping made while its issuer was trusted stays in the database when the issuer is
+    taken out of MEMGATE_EXTERNAL_ISSUERS: nobody can log in as it any more, so neither its
+    approval nor its policy admin role keeps the owner's last admin client disposable."""
+    tenant = uuid.UUID(api.tenant_id)
+    ghost = uuid.uuid4()
+    async with api.runtime.sessionmaker.begin() as session:
+        await name_tenant(session, tenant)  # row-level security
+        session.add(
+            Principal(
+                tenant_id=tenant,
+                id=ghost,
+                kind="user",
+                display_name="ghost",
+                external_issuer=UNTRUSTED,
+                external_subject="nobody",
+            )
+        )
+        await session.flush()
+        await lock_policy(session, tenant)
+        name = principal_name("user", ghost)
+        await add_rules(
+            session, tenant, [Rule("g", name, EXTERNAL_ADMIN), Rule("g", name, POLICY_ADMIN)]
+        )
+        await recompile(session, tenant)
+    # Nor can the approval be given (again) to such a mapping.
+    approve = await api.http.put(
+        f"/v1/roles/external_admin/members/{ghost}", headers=api.admin.headers
+    )
+    assert approve.status_code == 422, approve.text
+    assert approve.json()["type"].endswith("/external-issuer-untrusted")
+    refused = await api.http.post(
+        f"/v1/clients/{api.admin.client_id}/disable", headers=api.admin.headers
+    )
+    _assert_last_admin_refusal(refused, api.admin.client_id)
+    assert (await _disabled_clients(api))[api.admin.client_id] is False
+    assert (await api.token_response(api.admin.client_id, api.admin.secret)).status_code == 200
+
+
+async def test_an_approved_external_admin_of_a_trusted_issuer_still_counts(api: Api) -> None:
+    """The external branch of the rule stands for a mapping whose IdP memgate trusts: its
+    tokens can carry admin scopes, so the owner may disable its own client."""
+    mapped = await api.new_principal(
+        "idp admin", external_issuer=TRUSTED_TEST_ISSUER, external_subject="admin-1"
+    )
+    for role in ("external_admin", "policy_admin"):
+        added = await api.http.put(
+            f"/v1/roles/{role}/members/{mapped['id']}", headers=api.admin.headers
+        )
+        assert added.status_code == 200, added.text
+    disabled = await api.http.post(
+        f"/v1/clients/{api.admin.client_id}/disable", headers=api.admin.headers
+    )
+    assert disabled.status_code == 200, disabled.text
+    assert (await _disabled_clients(api))[api.admin.client_id] is True
