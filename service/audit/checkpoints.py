@@ -14,12 +14,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, cast
 
+import structlog
 from cryptography.exceptions import InvalidTag
 from joserfc import jws
 from joserfc.errors import JoseError
-from joserfc.jwk import KeyParameters, OKPKey
+from joserfc.jwk import KeyParameters, KeySet, KeySetSerialization, OKPKey
 from sqlalchemy import func, select, text, update
-from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from service.auth.keys import KeyEncryptionKey
@@ -30,6 +30,8 @@ CHECKPOINT_TYPE = "memgate-audit-checkpoint+jws"
 PAYLOAD_VERSION = "memgate.audit.checkpoint.v1"
 ALGORITHM = "Ed25519"
 """RFC 9864's fully specified name (the polymorphic `EdDSA` is deprecated)."""
+
+_log = structlog.get_logger("memgate.audit")
 
 
 @dataclass(frozen=True)
@@ -143,12 +145,16 @@ def sign(claims: CheckpointClaims, key: OKPKey) -> str:
     return jws.serialize_compact(header, claims.payload(), key, algorithms=[ALGORITHM])
 
 
-def verify_signature(compact: str, jwks: dict[str, Any]) -> dict[str, Any] | None:
-    """The payload of a checkpoint JWS signed by one of `jwks`, or None."""
-    from joserfc.jwk import KeySet, KeySetSerialization
+def key_set(jwks: dict[str, Any]) -> KeySet:
+    """`jwks` imported once per call: importing it again for every row cost more than the
+    signature check itself when many rows were judged."""
+    return KeySet.import_key_set(cast("KeySetSerialization", jwks))
 
+
+def verify_signature(compact: str, jwks: dict[str, Any] | KeySet) -> dict[str, Any] | None:
+    """The payload of a checkpoint JWS signed by one of `jwks`, or None."""
     try:
-        keys = KeySet.import_key_set(cast("KeySetSerialization", jwks))
+        keys = jwks if isinstance(jwks, KeySet) else key_set(jwks)
         verified = jws.deserialize_compact(compact, keys, algorithms=[ALGORITHM])
         payload: dict[str, Any] = json.loads(verified.payload)
     except (JoseError, ValueError):
@@ -160,46 +166,79 @@ async def sign_due_checkpoints(session: AsyncSession, kek: KeyEncryptionKey) -> 
     """A checkpoint for every chain that grew since its last one; returns how many were made.
     Also makes sure the coming months' audit partitions exist."""
     await session.execute(text("SELECT audit_ensure_partitions(2)"))
-    # Due: every head nobody has signed yet. (Not "above the highest checkpoint": a row planted
-    # with a huge seq would silence the signer for that tenant.)
-    signed = select(AuditCheckpoint.seq).where(
-        AuditCheckpoint.tenant_id == AuditHead.tenant_id, AuditCheckpoint.seq == AuditHead.seq
-    )
-    due = (
+    # Due: every head without a checkpoint an audit key signed. (Not "above the highest
+    # checkpoint": a row planted with a huge seq silenced the signer; and not "any row at the
+    # head's seq": an unsigned one counted as signed.) One signature check per tenant at most.
+    heads = (
         await session.execute(
-            select(AuditHead.tenant_id, AuditHead.seq, AuditHead.row_hash).where(~signed.exists())
+            select(AuditHead.tenant_id, AuditHead.seq, AuditHead.row_hash, AuditCheckpoint.jws)
+            .outerjoin(
+                AuditCheckpoint,
+                (AuditCheckpoint.tenant_id == AuditHead.tenant_id)
+                & (AuditCheckpoint.seq == AuditHead.seq),
+            )
+            .where(AuditHead.seq > 0)
         )
     ).all()
+    keys = key_set(await public_keys(session)) if any(h.jws for h in heads) else None
+    due = [
+        (tenant_id, int(seq), bytes(row_hash))
+        for tenant_id, seq, row_hash, compact in heads
+        if compact is None
+        or keys is None
+        or not signs(verify_signature(compact, keys), tenant_id, int(seq), bytes(row_hash))
+    ]
     if not due:
         return 0
     key = await signing_key(session, kek)
     if key is None:
         raise NoAuditKey
+    made = 0
     for tenant_id, seq, row_hash in due:
         # The app role inserts checkpoints only for the tenant the transaction names.
         await name_tenant(session, tenant_id)
-        await insert_checkpoint(session, key, tenant_id, seq, bytes(row_hash))
-    return len(due)
+        if await insert_checkpoint(session, key, tenant_id, seq, row_hash):
+            made += 1
+        else:
+            # An unsigned row holds the head's seq (planted before checkpoints went through
+            # audit_checkpoint_insert); append-only, it stays. The next head is signed.
+            _log.warning("audit_checkpoint_seq_taken", tenant_id=str(tenant_id), seq=seq)
+    return made
+
+
+def signs(payload: dict[str, Any] | None, tenant_id: uuid.UUID, seq: int, row_hash: bytes) -> bool:
+    """A verified checkpoint payload names exactly this tenant, seq and hash."""
+    return payload is not None and (
+        payload.get("tenant"),
+        payload.get("seq"),
+        payload.get("hash"),
+    ) == (str(tenant_id), seq, row_hash.hex())
 
 
 async def insert_checkpoint(
     session: AsyncSession, key: OKPKey, tenant_id: uuid.UUID, seq: int, row_hash: bytes
-) -> None:
-    """Sign (tenant, seq, hash) and store it; a checkpoint already there for that seq stays."""
+) -> bool:
+    """Sign (tenant, seq, hash) and store it; False when a row is already there for that seq.
+
+    Through the owner's `audit_checkpoint_insert`, the app role's only way to write a
+    checkpoint: it refuses a row for a tenant the transaction does not name, a (seq, hash) that
+    is not a row of that tenant's chain, and a kid that is not an audit key. A direct INSERT
+    let a stolen login plant junk at any seq (latest hid the real checkpoints, the signer and
+    the row-N checkpoints found their seqs taken)."""
     now = datetime.now(UTC)
     claims = CheckpointClaims(tenant_id, seq, row_hash, now)
-    await session.execute(
-        insert(AuditCheckpoint)
-        .values(
-            tenant_id=tenant_id,
-            seq=seq,
-            row_hash=row_hash,
-            signed_at=now,
-            kid=str(key.kid),
-            jws=sign(claims, key),
-        )
-        .on_conflict_do_nothing()
+    inserted = await session.scalar(
+        text("SELECT audit_checkpoint_insert(:tenant_id, :seq, :row_hash, :signed_at, :kid, :jws)"),
+        {
+            "tenant_id": tenant_id,
+            "seq": seq,
+            "row_hash": row_hash,
+            "signed_at": now,
+            "kid": str(key.kid),
+            "jws": sign(claims, key),
+        },
     )
+    return bool(inserted)
 
 
 async def run_checkpoints(
@@ -215,9 +254,7 @@ async def checkpoint_periodically(
     """The in-process signer (one per API process; duplicates are ignored by the primary key)."""
     import asyncio
 
-    import structlog
-
-    log = structlog.get_logger("memgate.audit")
+    log = _log
     while True:
         await asyncio.sleep(every_seconds)
         try:

@@ -375,8 +375,9 @@ def _checkpoint_claims_safely(compact: str, jwks: dict[str, Any]) -> dict[str, A
 
 
 def _parsed(line: str) -> object:
-    """One line of the export; None when it is not JSON (judged as a malformed row)."""
+    """One line of the export; None when it is not JSON (judged as a malformed row). Nesting
+    too deep for the parser (`[` * 200000) is malformed too, not a RecursionError traceback."""
     try:
         return json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None

@@ -11,10 +11,11 @@ from datetime import datetime
 from typing import Any, TypeVar, cast
 
 import msgspec
+from joserfc.jwk import KeySet
 from sqlalchemy import Select, exists, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from service.audit.checkpoints import public_keys, verify_signature
+from service.audit.checkpoints import key_set, public_keys, signs, verify_signature
 from service.audit.problems import AuditFilterInvalid, AuditorRoleRequired, NoCheckpoint
 from service.audit.pseudonyms import Pseudonyms
 from service.audit.schemas import (
@@ -27,7 +28,14 @@ from service.audit.schemas import (
 )
 from service.audit.verify import verify_range
 from service.auth.principal import Principal
-from service.db.models import AuditActor, AuditCheckpoint, AuditEvent, RoleAssignment
+from service.db.models import (
+    AuditActor,
+    AuditCheckpoint,
+    AuditEvent,
+    AuditHead,
+    AuditSigningKey,
+    RoleAssignment,
+)
 from service.problems import BadCursor
 
 AUDITOR = "auditor"
@@ -36,6 +44,7 @@ DEFAULT_PAGE = 50
 MAX_EXPORT = 50_000
 _PSEUDONYM = re.compile(r"[0-9a-f]{64}")
 _MAX_CURSOR_CHARS = 100
+_LATEST_PAGE = 50
 T = TypeVar("T")
 
 
@@ -200,17 +209,37 @@ class AuditService:
 
     async def latest_checkpoint(self) -> CheckpointOut:
         """The newest checkpoint whose signature verifies (a row without one is not handed out
-        as a checkpoint; verify reports it)."""
-        jwks = await public_keys(self.session)
-        candidates = await self.session.scalars(
+        as a checkpoint; verify reports it), however many unsigned rows lie above it.
+
+        Only rows under a published audit key and at or below the head are candidates (junk
+        planted past the head, or under a made-up kid, costs no signature check), judged a page
+        at a time: a fixed window of the top 20 rows let 20 junk rows hide every real one."""
+        keys = key_set(await public_keys(self.session))
+        head = select(AuditHead.seq).where(AuditHead.tenant_id == self.tenant_id)
+        query = (
             select(AuditCheckpoint)
-            .where(AuditCheckpoint.tenant_id == self.tenant_id)
+            .where(
+                AuditCheckpoint.tenant_id == self.tenant_id,
+                AuditCheckpoint.kid.in_(select(AuditSigningKey.kid)),
+                AuditCheckpoint.seq <= head.scalar_subquery(),
+            )
             .order_by(AuditCheckpoint.seq.desc())
-            .limit(20)
+            .limit(_LATEST_PAGE)
         )
-        row = next((c for c in candidates if self._signed(c, jwks)), None)
-        if row is None:
-            raise NoCheckpoint("No checkpoint has been signed for this tenant yet; retry later.")
+        row: AuditCheckpoint | None = None
+        below: int | None = None
+        while row is None:
+            page = (
+                await self.session.scalars(
+                    query if below is None else query.where(AuditCheckpoint.seq < below)
+                )
+            ).all()
+            if not page:
+                raise NoCheckpoint(
+                    "No checkpoint has been signed for this tenant yet; retry later."
+                )
+            row = next((c for c in page if self._signed(c, keys)), None)
+            below = page[-1].seq
         return CheckpointOut(
             tenant_id=row.tenant_id,
             seq=row.seq,
@@ -220,13 +249,13 @@ class AuditService:
             jws=row.jws,
         )
 
-    def _signed(self, row: AuditCheckpoint, jwks: dict[str, Any]) -> bool:
-        payload = verify_signature(row.jws or "", jwks)
-        return payload is not None and (
-            payload.get("tenant"),
-            payload.get("seq"),
-            payload.get("hash"),
-        ) == (str(self.tenant_id), row.seq, _hex(row.row_hash))
+    def _signed(self, row: AuditCheckpoint, keys: KeySet) -> bool:
+        return signs(
+            verify_signature(row.jws or "", keys),
+            self.tenant_id,
+            row.seq,
+            bytes(row.row_hash or b""),
+        )
 
     async def keys(self) -> dict[str, Any]:
         return await public_keys(self.session)

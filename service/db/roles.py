@@ -34,7 +34,8 @@ _LOGIN_PROBLEMS = text(
                OR has_table_privilege('audit_signing_keys', 'UPDATE')
                OR has_table_privilege('audit_signing_keys', 'DELETE') AS writes_audit_keys,
            (SELECT relrowsecurity FROM pg_class WHERE oid = 'audit_checkpoints'::regclass)
-               AS checkpoints_guarded
+               AS checkpoints_guarded,
+           has_table_privilege('audit_checkpoints', 'INSERT') AS writes_checkpoints
       FROM pg_roles r, pg_class c
      WHERE r.rolname = session_user AND c.oid = 'audit_events'::regclass
     """
@@ -82,4 +83,8 @@ async def login_problems(engine: AsyncEngine) -> list[str]:
         found.append("the app role may write audit signing keys")
     if not row.checkpoints_guarded:
         found.append("row-level security is off on audit_checkpoints")
+    if row.writes_checkpoints:
+        # Junk it inserted directly hid every real checkpoint and took the signers' seqs; it
+        # writes them only through audit_checkpoint_insert() (red-team round 2, F1).
+        found.append("the app role may insert checkpoints directly")
     return found

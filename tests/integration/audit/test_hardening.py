@@ -101,13 +101,12 @@ async def test_a_deleted_first_row_is_found_by_both_verifiers(
 
 
 async def test_a_planted_checkpoint_neither_silences_the_signer_nor_is_served(
-    api: Api,
+    api: Api, owner_engine: AsyncEngine
 ) -> None:
     tenant = await calls_of_one_agent(api, 2)
-    async with api.runtime.engine.begin() as conn:  # what the app role itself may still do,
-        await conn.execute(  # for the tenant it names (red-team follow-up, docs/security.md)
-            text("SELECT set_config('memgate.tenant_id', :t, true)"), {"t": str(tenant)}
-        )
+    # Planted as the owner: the app role may no longer insert checkpoints directly (red-team
+    # round 2, test_checkpoint_junk.py), but a row left from before must still prove nothing.
+    async with owner_engine.begin() as conn:
         await conn.execute(
             text(
                 "INSERT INTO audit_checkpoints (tenant_id, seq, row_hash, signed_at, kid, jws) "

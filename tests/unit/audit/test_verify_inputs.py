@@ -86,3 +86,23 @@ def test_the_command_prints_no_traceback(tmp_path: Path) -> None:
     assert outcome.returncode == 2
     assert "Traceback" not in outcome.stderr
     assert json.loads(outcome.stdout)["file"] == "--checkpoint"
+
+
+def test_a_line_nested_too_deep_is_a_malformed_row(tmp_path: Path) -> None:
+    """Red-team round 2, F4: `[` * 200000 crashed the parser with a RecursionError traceback."""
+    export = tmp_path / "deep.ndjson"
+    export.write_text("[" * 200_000 + "]" * 200_000 + "\n")
+    outcome = subprocess.run(  # noqa: S603
+        [sys.executable, "-m", "service", "audit", "verify", str(export)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert "Traceback" not in outcome.stderr
+    verdict = json.loads(outcome.stdout)
+    assert (verdict["ok"], verdict["reason"], verdict["first_bad_seq"]) == (
+        False,
+        "malformed_row",
+        1,
+    )
+    assert outcome.returncode == 1
