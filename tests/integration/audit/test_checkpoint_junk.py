@@ -13,21 +13,16 @@ from typing import Any
 import pytest
 import structlog
 from joserfc.jwk import KeySet
-from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 import service.audit.service as audit_service
 import service.audit.verify as audit_verify
-from service.app import create_app
 from service.audit.checkpoints import run_checkpoints, verify_signature
-from service.embeddings import Embedder
-from service.runtime import build_runtime
 from service.settings import AuditSettings, Settings
-from tests.conftest import PUBLIC_URL, make_settings
+from tests.conftest import make_settings
 from tests.fixtures.api import Api
-from tests.fixtures.postgres import app_login
 from tests.integration.audit.support import (
     auditor_get,
     calls_of_one_agent,
@@ -166,19 +161,3 @@ async def test_verify_checks_a_bounded_number_of_junk_rows(
     assert 0 < len(checked) <= 200  # verify.MAX_BEYOND_CHECKED
     assert all(isinstance(keys, KeySet) for keys in checked)  # imported once, not per row
     assert len(report["unsigned_checkpoints"]) == audit_verify.MAX_UNSIGNED_LISTED
-
-
-async def test_readyz_fails_while_the_app_role_may_insert_checkpoints_directly(
-    settings: Settings, embedder: Embedder, owner_engine: AsyncEngine
-) -> None:
-    await owner_execute(owner_engine, "GRANT INSERT ON audit_checkpoints TO memgate_app")
-    runtime = await build_runtime(
-        settings, app_login(settings.database.url), embedder, owner_url=settings.database.url
-    )
-    try:
-        assert runtime.login_problems == ["the app role may insert checkpoints directly"]
-        async with AsyncTestClient(app=create_app(runtime), base_url=PUBLIC_URL) as http:
-            ready = await http.get("/readyz")
-        assert ready.status_code == 503
-    finally:
-        await runtime.close()

@@ -15,21 +15,16 @@ import pytest
 import structlog
 from joserfc import jws
 from joserfc.jwk import OKPKey
-from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from service.__main__ import main
-from service.app import create_app
 from service.audit.checkpoints import CheckpointClaims, ensure_audit_key, run_checkpoints
 from service.db.session import create_sessionmaker
-from service.embeddings import Embedder
-from service.runtime import build_runtime
 from service.settings import AuditSettings, Settings
-from tests.conftest import PUBLIC_URL, make_settings
+from tests.conftest import make_settings
 from tests.fixtures.api import Api
-from tests.fixtures.postgres import app_login
 from tests.integration.audit.support import (
     auditor_get,
     calls_of_one_agent,
@@ -187,23 +182,6 @@ async def test_a_checkpoint_that_cannot_be_signed_never_fails_the_call(
     report = await verify_report(api)
     assert report["ok"] is True
     assert report["checkpoint"]["signature_valid"] is True
-
-
-async def test_readyz_fails_while_the_app_role_may_write_audit_keys(
-    settings: Settings, embedder: Embedder, owner_engine: AsyncEngine
-) -> None:
-    await owner_execute(owner_engine, "GRANT INSERT ON audit_signing_keys TO memgate_app")
-    runtime = await build_runtime(
-        settings, app_login(settings.database.url), embedder, owner_url=settings.database.url
-    )
-    try:
-        assert runtime.login_problems == ["the app role may write audit signing keys"]
-        async with AsyncTestClient(app=create_app(runtime), base_url=PUBLIC_URL) as http:
-            ready = await http.get("/readyz")
-        assert ready.status_code == 503
-        assert ready.json() == {"status": "not ready"}
-    finally:
-        await runtime.close()
 
 
 async def test_migrate_makes_the_audit_key_as_the_owner(
