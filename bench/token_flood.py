@@ -25,6 +25,7 @@ from typing import Any, cast
 
 import httpx
 import uvicorn
+from sqlalchemy.pool import QueuePool
 
 from bench.api import FORM, agent_credentials, bearer, new_runtime
 from bench.database import bench_database
@@ -75,7 +76,7 @@ async def _reads(
 async def _peak(runtime: Runtime, stop: asyncio.Event) -> int:
     peak = 0
     while not stop.is_set():
-        peak = max(peak, runtime.engine.pool.checkedout())  # type: ignore[attr-defined]
+        peak = max(peak, cast(QueuePool, runtime.engine.pool).checkedout())
         await asyncio.sleep(0.002)
     return peak
 

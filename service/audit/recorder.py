@@ -335,11 +335,12 @@ class _Call:
 
     async def _separately(self, builder: _RowBuilder, status: int, reason: str | None) -> bool:
         try:
+            tenant = builder.tenant()
             async with (
-                self._platform_slot(),
+                self._platform_slot(tenant),
                 self.runtime.sessionmaker.begin() as session,
             ):
-                await name_tenant(session, builder.tenant())
+                await name_tenant(session, tenant)
                 row = await builder.build(session, status, reason, self.request_id())
                 seq, row_hash = await append(session, row, path="separate")
                 await self._checkpoint_if_due(session, row.tenant_id, seq, row_hash)
@@ -386,12 +387,12 @@ class _Call:
             return None
         return b"audit-receipt", f"seq={seq}; hash={row_hash.hex()}".encode()
 
-    def _platform_slot(self) -> AbstractAsyncContextManager[Any]:
+    def _platform_slot(self, tenant: uuid.UUID) -> AbstractAsyncContextManager[Any]:
         """Rows of calls nobody authenticated all go to the platform tenant's chain, whose lock
         appends them one at a time. A flood of refused token requests would otherwise hold a
         pool connection per row just to wait for that lock (review item 1), so they take one of
-        a few slots *before* checking a connection out; other calls do not wait."""
-        if isinstance(self.scope.get("user"), Principal) or self.trail.issued is not None:
+        a few slots *before* checking a connection out; rows of other chains do not wait."""
+        if tenant != PLATFORM_TENANT:
             return nullcontext()
         return self.runtime.platform_audit_slots
 

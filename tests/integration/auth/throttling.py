@@ -10,6 +10,7 @@ from typing import Any, cast
 
 import httpx
 from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.pool import QueuePool
 
 from service.app import create_app
 from service.runtime import Runtime
@@ -48,7 +49,7 @@ async def timed_reads(http: httpx.AsyncClient, headers: dict[str, str], count: i
 async def peak_checked_out(engine: AsyncEngine, stop: asyncio.Event) -> int:
     peak = 0
     while not stop.is_set():
-        peak = max(peak, engine.pool.checkedout())  # type: ignore[attr-defined]
+        peak = max(peak, cast(QueuePool, engine.pool).checkedout())
         await asyncio.sleep(0.002)
     return peak
 
