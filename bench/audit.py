@@ -29,23 +29,24 @@ from bench.api import (
     write_body,
 )
 from service.app import create_app
-from service.audit import recorder
-from service.audit.trail import AuditTrail, attach_trail
+from service.audit import rows
+from service.calls import Call
+from service.http.audit import attach_call
 from service.observability.logging import request_context_middleware
 from service.observability.telemetry import otel_asgi
 from service.runtime import Runtime
 
 
 def unaudited(app: ASGIApp, runtime: Runtime) -> ASGIApp:
-    """The recorder's transaction handling without the audit row: the baseline."""
+    """The call's transaction handling without the audit row: the baseline."""
 
     async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
-        trail = AuditTrail(runtime)
-        attach_trail(cast(MutableMapping[str, Any], scope), trail)
+        call = Call(runtime, "bench.unaudited", "POST", "unaudited")
+        attach_call(cast(MutableMapping[str, Any], scope), call)
 
         async def send_after_commit(message: Message) -> None:
-            session = trail.session
-            if message["type"] == "http.response.start" and session is not None:
+            session = call.db
+            if message["type"] == "http.response.start" and session.in_transaction():
                 if message["status"] < 400:
                     await session.commit()
                 else:
@@ -55,36 +56,36 @@ def unaudited(app: ASGIApp, runtime: Runtime) -> ASGIApp:
         try:
             await app(scope, receive, send_after_commit)
         finally:
-            if trail.session is not None:
-                await trail.session.close()
+            await call.close()
 
     return middleware
 
 
 def baseline_app(runtime: Runtime) -> ASGIApp:
     app = create_app(runtime)
-    inner = app._create_asgi_handler()  # the router, not yet wrapped by the recorder
+    inner = app._create_asgi_handler()  # the router, not yet wrapped by the call adapter
     app.asgi_handler = otel_asgi(request_context_middleware(unaudited(inner, runtime)))
     return cast(ASGIApp, app)
 
 
 class AppendTimer:
-    """Times every `append()` the recorder makes (the bench's own wrapper, not a stub: the
+    """Times every `append()` a call makes (the bench's own wrapper, not a stub: the
     real function runs)."""
 
     def __init__(self) -> None:
         self.samples: list[float] = []
-        self._real = recorder.append
+        self._real = rows.append
 
     async def __call__(self, *args: Any, **kwargs: Any) -> tuple[int, bytes]:
         started = time.perf_counter()
         try:
-            return await self._real(*args, **kwargs)
+            appended: tuple[int, bytes] = await self._real(*args, **kwargs)
+            return appended
         finally:
             self.samples.append((time.perf_counter() - started) * 1000)
 
     def install(self) -> None:
-        recorder.append = self
+        rows.append = self
 
 
 async def _one(client: httpx.AsyncClient, path: str, body: dict[str, Any], headers: Any) -> float:

@@ -29,6 +29,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from bench.database import bench_database
 from bench.search import N_SPACES, _vectors, load
+from service.calls import Facts
 from service.db.session import create_engine, create_sessionmaker
 from service.embeddings.wordllama import WordLlamaEmbedder
 from service.memory import repository
@@ -71,7 +72,7 @@ async def _measure(
         t0 = time.perf_counter()
         try:
             async with sessionmaker() as session, session.begin():
-                service = MemoryService(session, embedder, limits)
+                service = MemoryService(session, embedder, limits, facts=Facts())
                 async with _budget(session, limits):
                     hits, path = await service.rank(
                         scope, vector.tolist(), MemoryFilters(), K, min_score

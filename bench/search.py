@@ -32,6 +32,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from bench.corpus import sentences
 from bench.database import bench_database
+from service.calls import Facts
 from service.db.models import Memory
 from service.db.session import create_engine, create_sessionmaker
 from service.embeddings.wordllama import WordLlamaEmbedder
@@ -158,7 +159,7 @@ def _strategies(tenant: uuid.UUID, allowed: tuple[uuid.UUID, ...], k: int) -> di
         return as_hits(rows), ""
 
     async def chosen(session: AsyncSession, q: list[float]) -> tuple[Hits, str]:
-        service = MemoryService(session, embedder, limits)
+        service = MemoryService(session, embedder, limits, facts=Facts())
         rows, path = await service.rank(scope, q, no_filters, k, None)
         return as_hits(rows), path
 

@@ -15,11 +15,11 @@ from litestar.openapi.spec import Components, SecurityScheme
 
 from service.audit.checkpoints import checkpoint_periodically
 from service.audit.controller import AuditController
-from service.audit.recorder import audit_recorder, check_every_route_is_audited
 from service.auth.controller import OAuthController
 from service.auth.middleware import BearerAuthentication
+from service.http.audit import check_every_route_is_an_operation, http_calls
 from service.http.body import declare_query_parameters, strict_request
-from service.http.deps import provide_db, provide_runtime
+from service.http.deps import provide_call, provide_db, provide_facts, provide_runtime
 from service.http.errors import handle_exception
 from service.http.headers import security_headers
 from service.http.health import HealthController
@@ -101,7 +101,9 @@ def create_app(runtime: Runtime | None = None) -> Litestar:
             RoleController,
         ],
         dependencies={
-            "db": Provide(provide_db),
+            "call": Provide(provide_call, sync_to_thread=False),
+            "db": Provide(provide_db, sync_to_thread=False),
+            "facts": Provide(provide_facts, sync_to_thread=False),
             "runtime": Provide(provide_runtime, sync_to_thread=False),
         },
         middleware=[auth],
@@ -120,10 +122,10 @@ def create_app(runtime: Runtime | None = None) -> Litestar:
     # answer: 401s from authentication and 404/405s for unknown routes included.
     handler = app.asgi_handler
     if runtime is not None:
-        check_every_route_is_audited(app)
+        check_every_route_is_an_operation(app)
         # Inside the access log (which reports the status the caller really got: a 503 when the
-        # audit row could not be written).
-        handler = audit_recorder(handler, runtime)
+        # call could not be recorded).
+        handler = http_calls(handler, runtime)
     app.asgi_handler = request_context_middleware(security_headers(handler))
     # The OpenTelemetry server span outermost, so the access line is written inside it and
     # carries its trace id.

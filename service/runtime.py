@@ -59,7 +59,7 @@ class Runtime:
     platform_audit_slots: asyncio.Semaphore = field(
         default_factory=lambda: asyncio.Semaphore(PLATFORM_AUDIT_SLOTS)
     )
-    """Connections the audit rows of unauthenticated calls may hold at once (recorder.py)."""
+    """Connections the audit rows of unauthenticated calls may hold at once (service/calls.py)."""
 
     async def close(self) -> None:
         await self.engine.dispose()

@@ -12,39 +12,36 @@ from litestar import Controller, Request, Response, get
 from litestar.datastructures import State
 from litestar.params import FromQuery, QueryParameter
 
+from service.audit import operations as ops
 from service.audit.schemas import AuditPage, CheckpointOut, Decision, VerifyOut
 from service.audit.service import MAX_EXPORT, MAX_PAGE, AuditFilters, AuditService
-from service.audit.trail import trail_of
-from service.auth.guards import requires
 from service.auth.principal import Principal
-from service.auth.scopes import Scope
 from service.auth.tokens import VerifiedToken
-from service.http.deps import Db, Rt
+from service.http.deps import CallDep, Rt
 from service.http.params import parse_id
+from service.http.routes import route
 
 AuthedRequest = Request[Principal, VerifiedToken, State]
-_AUDIT = [requires(Scope.READ_AUDIT)]
 ACTION_PATTERN = r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$"
 HASH_PATTERN = r"^[0-9a-f]{64}$"
 
 Seq = Annotated[int, QueryParameter(ge=1, le=2**62)]
 
 
-async def _auditor(request: AuthedRequest, db: Db, runtime: Rt) -> AuditService:
-    service = AuditService(db, runtime.pseudonyms, request.user)
-    await service.require_auditor()
-    return service
+def _auditor(request: AuthedRequest, call: CallDep, runtime: Rt) -> AuditService:
+    """The operation's declaration has checked the scope and the auditor role."""
+    return AuditService(call.db, runtime.pseudonyms, request.user, facts=call.facts)
 
 
 class AuditController(Controller):
     path = "/v1/audit"
     tags = ["audit"]
 
-    @get("/events", guards=_AUDIT, opt={"action": "audit.events"})
+    @get("/events", **route(ops.EVENTS))
     async def events(
         self,
         request: AuthedRequest,
-        db: Db,
+        call: CallDep,
         runtime: Rt,
         since: FromQuery[datetime | None] = None,
         until: FromQuery[datetime | None] = None,
@@ -68,7 +65,7 @@ class AuditController(Controller):
     ) -> AuditPage:
         """Your tenant's audit events, newest first, filtered by time (`since` inclusive,
         `until` exclusive), actor, action, decision and target id; cursor pagination."""
-        service = await _auditor(request, db, runtime)
+        service = _auditor(request, call, runtime)
         filters = AuditFilters(
             since=since,
             until=until,
@@ -77,15 +74,13 @@ class AuditController(Controller):
             decision=decision,
             target=parse_id(target) if target is not None else None,
         )
-        page = await service.page(filters, cursor, limit)
-        trail_of(request).count(len(page.items))
-        return page
+        return await service.page(filters, cursor, limit)
 
-    @get("/export", guards=_AUDIT, opt={"action": "audit.export"})
+    @get("/export", **route(ops.EXPORT))
     async def export(
         self,
         request: AuthedRequest,
-        db: Db,
+        call: CallDep,
         runtime: Rt,
         from_seq: Seq = 1,
         limit: Annotated[int | None, QueryParameter(ge=1, le=MAX_EXPORT)] = None,
@@ -93,19 +88,18 @@ class AuditController(Controller):
         """Events from `from_seq` on, oldest first, one JSON object per line (with `prev_hash`
         and `row_hash`), for `memgate audit verify`. When more remain, the `Audit-Next-Seq`
         header says where to continue."""
-        service = await _auditor(request, db, runtime)
+        service = _auditor(request, call, runtime)
         body, next_seq = await service.export(from_seq, limit)
-        trail_of(request).count(body.count(b"\n"))
         headers = {"Cache-Control": "no-store"}
         if next_seq is not None:
             headers["Audit-Next-Seq"] = str(next_seq)
         return Response(body, media_type="application/x-ndjson", headers=headers)
 
-    @get("/verify", guards=_AUDIT, opt={"action": "audit.verify"})
+    @get("/verify", **route(ops.VERIFY))
     async def verify(
         self,
         request: AuthedRequest,
-        db: Db,
+        call: CallDep,
         runtime: Rt,
         from_seq: Seq = 1,
         to_seq: Annotated[int | None, QueryParameter(ge=1, le=2**62)] = None,
@@ -126,18 +120,18 @@ class AuditController(Controller):
         checkpoint in the range. `first_bad_seq` names the first missing, altered, duplicated
         or unchained row. With `known_seq` and `known_hash` (a head you kept), the chain must
         still hold that row: a tail cut after the newest checkpoint is found."""
-        service = await _auditor(request, db, runtime)
-        report = await service.verify(from_seq, to_seq, known_seq, known_hash)
-        trail_of(request).count(report.checked)
-        return report
+        service = _auditor(request, call, runtime)
+        return await service.verify(from_seq, to_seq, known_seq, known_hash)
 
-    @get("/checkpoints/latest", guards=_AUDIT, opt={"action": "audit.checkpoint"})
-    async def latest_checkpoint(self, request: AuthedRequest, db: Db, runtime: Rt) -> CheckpointOut:
+    @get("/checkpoints/latest", **route(ops.CHECKPOINT))
+    async def latest_checkpoint(
+        self, request: AuthedRequest, call: CallDep, runtime: Rt
+    ) -> CheckpointOut:
         """The newest signed checkpoint of your tenant's chain. Keep copies: a later rewrite of
         the log cannot match them."""
-        return await (await _auditor(request, db, runtime)).latest_checkpoint()
+        return await (_auditor(request, call, runtime)).latest_checkpoint()
 
-    @get("/keys", guards=_AUDIT, opt={"action": "audit.keys"})
-    async def keys(self, request: AuthedRequest, db: Db, runtime: Rt) -> dict[str, Any]:
+    @get("/keys", **route(ops.KEYS))
+    async def keys(self, request: AuthedRequest, call: CallDep, runtime: Rt) -> dict[str, Any]:
         """The public keys (JWKS, Ed25519) that sign audit checkpoints; never token keys."""
-        return await (await _auditor(request, db, runtime)).keys()
+        return await (_auditor(request, call, runtime)).keys()

@@ -28,6 +28,7 @@ from service.audit.schemas import (
 )
 from service.audit.verify import verify_range
 from service.auth.principal import Principal
+from service.calls import Facts
 from service.db.models import (
     AuditActor,
     AuditCheckpoint,
@@ -120,8 +121,11 @@ def decode_cursor(cursor: str) -> int:
 
 
 class AuditService:
-    def __init__(self, session: AsyncSession, pseudonyms: Pseudonyms, principal: Principal):
+    def __init__(
+        self, session: AsyncSession, pseudonyms: Pseudonyms, principal: Principal, *, facts: Facts
+    ):
         self.session = session
+        self.facts = facts
         self.pseudonyms = pseudonyms
         self.tenant_id = principal.tenant_id
         self.principal = principal
@@ -154,6 +158,7 @@ class AuditService:
         ).all()
         more = len(rows) > size
         items = [to_out(row) for row in rows[:size]]
+        self.facts.count(len(items))
         return AuditPage(items=items, next_cursor=encode_cursor(items[-1].seq) if more else None)
 
     async def export(self, from_seq: int, limit: int | None) -> tuple[bytes, int | None]:
@@ -169,6 +174,7 @@ class AuditService:
             )
         ).all()
         body = b"".join(msgspec.json.encode(to_out(row)) + b"\n" for row in rows[:size])
+        self.facts.count(min(len(rows), size))
         return body, (rows[size].seq if len(rows) > size else None)
 
     async def verify(
@@ -186,6 +192,7 @@ class AuditService:
         known = (known_seq, bytes.fromhex(known_hash)) if known_seq and known_hash else None
         report = await verify_range(self.session, self.tenant_id, from_seq, to_seq, known)
         verdict = report.checkpoint
+        self.facts.count(report.checked)
         return VerifyOut(
             ok=report.ok,
             from_seq=report.from_seq,

@@ -10,7 +10,7 @@ from litestar import Controller, Request, Response, get, post
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from service.audit.trail import IssuedIdentity, trail_of
+from service.auth import operations as ops
 from service.auth.exchange import TOKEN_EXCHANGE, exchange_response
 from service.auth.issuer import (
     TokenOutcome,
@@ -21,8 +21,11 @@ from service.auth.issuer import (
 from service.auth.keys import published_jwks
 from service.auth.problems import OAuthOverloaded, oauth_problem
 from service.auth.scopes import ALL_SCOPES
+from service.calls import IssuedIdentity
+from service.http.audit import call_of
 from service.http.deps import Db, Rt
 from service.http.errors import PROBLEM_JSON
+from service.http.routes import route
 from service.runtime import Runtime
 
 _NO_STORE = {"Cache-Control": "no-store", "Pragma": "no-cache"}
@@ -78,9 +81,9 @@ def _refusal(
     request: Request[Any, Any, Any], problem: OAuthOverloaded, presented: str | None
 ) -> Response[dict[str, Any]]:
     """429 or 503 with `Retry-After`, as problem+json with RFC 6749's members, audited."""
-    trail = trail_of(request)
-    trail.reason = problem.slug
-    trail.client_presented(presented)
+    facts = call_of(request).facts
+    facts.reason = problem.slug
+    facts.client_presented(presented)
     return Response(
         problem.to_body(instance=request.url.path),
         status_code=problem.status,
@@ -91,9 +94,8 @@ def _refusal(
 
 class OAuthController(Controller):
     tags = ["oauth"]
-    opt = {"exclude_from_auth": True}
 
-    @post("/oauth/token", status_code=200, opt={"action": "auth.token"})
+    @post("/oauth/token", status_code=200, **route(ops.TOKEN))
     async def token(
         self, request: Request[Any, Any, Any], db: Db, runtime: Rt
     ) -> Response[dict[str, Any]]:
@@ -107,7 +109,7 @@ class OAuthController(Controller):
         if content_type.lower().startswith("application/x-www-form-urlencoded"):
             items = [(k, v) for k, v in (await request.form()).multi_items() if isinstance(v, str)]
         authorization = request.headers.get("authorization", "")
-        trail = trail_of(request)
+        facts = call_of(request).facts
         presented = presented_client_id(items, authorization)
         source = request.client.host if request.client else "unknown"
         try:
@@ -135,23 +137,23 @@ class OAuthController(Controller):
         response_headers.update({k: v for k, v in extra if k.lower() == "www-authenticate"})
         if status >= 400:
             problem = oauth_problem(str(body.get("error")), body.get("error_description"))
-            trail.reason = problem.slug
-            trail.client_presented(presented)
+            facts.reason = problem.slug
+            facts.client_presented(presented)
             return Response(
                 problem.to_body(instance=request.url.path),
                 status_code=status,
                 headers=response_headers,
                 media_type=PROBLEM_JSON,
             )
-        trail.issued = _issued_identity(issued_claims(str(body["access_token"])))
+        facts.issued = _issued_identity(issued_claims(str(body["access_token"])))
         return Response(body, status_code=status, headers=response_headers)
 
-    @get("/.well-known/jwks.json", opt={"action": "auth.jwks"})
+    @get("/.well-known/jwks.json", **route(ops.JWKS))
     async def jwks(self, db: Db) -> Response[dict[str, Any]]:
         """Public signing keys of the embedded issuer (next, active and still-valid retired)."""
         return Response(await published_jwks(db), headers={"Cache-Control": "max-age=300"})
 
-    @get("/.well-known/oauth-authorization-server", opt={"action": "auth.metadata"})
+    @get("/.well-known/oauth-authorization-server", **route(ops.METADATA))
     async def metadata(self, runtime: Rt) -> dict[str, Any]:
         """RFC 8414 authorization server metadata."""
         issuer = runtime.issuer.issuer

@@ -10,6 +10,7 @@ from litestar.middleware import AbstractAuthenticationMiddleware, Authentication
 from service.auth.guards import AnyConnection
 from service.auth.resolver import resolve_principal
 from service.auth.tokens import TokenRejected
+from service.http.audit import find_call
 from service.observability.telemetry import span
 from service.problems import NotAuthenticated
 
@@ -37,6 +38,9 @@ class BearerAuthentication(AbstractAuthenticationMiddleware):
                 raise NotAuthenticated(
                     f"The access token was rejected ({exc}). Get a new token from /oauth/token.",
                 ) from None
+        call = find_call(connection.scope)
+        if call is not None:
+            call.identify(principal, verified)
         structlog.contextvars.bind_contextvars(
             tenant=str(principal.tenant_id),
             principal=str(principal.principal_id),

@@ -1,7 +1,7 @@
 """Naming the tenant a transaction works in, for row-level security.
 
 Every tenant table's policy reads `memgate.tenant_id` (transaction-local, `set_config(...,
-true)`): no setting, no rows. The request names its caller (service/audit/trail.py); the few
+true)`): no setting, no rows. A call names its caller (service/calls.py); the few
 steps that learn the tenant on the way name it here, each from something already proven: a
 verified token's `tenant` claim, a tenant just created, the tenant of an audit row the recorder
 built from the caller.

@@ -1,4 +1,4 @@
-"""Request-scoped dependencies: the runtime and one transaction per request."""
+"""Request-scoped dependencies: the runtime, the request's call and its session."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from litestar.datastructures import State
 from litestar.di import NamedDependency
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from service.audit.trail import trail_of_scope
-from service.auth.principal import Principal
+from service.calls import Call, Facts
+from service.http.audit import call_of_scope
 from service.runtime import Runtime
 
 
@@ -18,14 +18,20 @@ def provide_runtime(state: State) -> Runtime:
     return cast(Runtime, state.runtime)
 
 
-async def provide_db(request: Request[Any, Any, Any]) -> AsyncSession:
-    """The request owns one transaction. The audit recorder ends it when the response starts:
-    committed together with the call's audit row when the call succeeded, rolled back otherwise
-    (service/audit/recorder.py)."""
-    caller = request.scope.get("user")
-    return await trail_of_scope(request.scope).request_session(
-        caller if isinstance(caller, Principal) else None
-    )
+def provide_call(request: Request[Any, Any, Any]) -> Call:
+    """The request's call (service/calls.py): it ends the transaction when the response starts,
+    committed with the call's audit row when the call succeeded, rolled back otherwise."""
+    return call_of_scope(request.scope)
+
+
+def provide_db(request: Request[Any, Any, Any]) -> AsyncSession:
+    """The call's session (one transaction per call, begun on its first statement)."""
+    return call_of_scope(request.scope).db
+
+
+def provide_facts(request: Request[Any, Any, Any]) -> Facts:
+    """Where services note the call's audit facts."""
+    return call_of_scope(request.scope).facts
 
 
 def trusted_issuers(request: Request[Any, Any, Any]) -> frozenset[str]:
@@ -35,5 +41,7 @@ def trusted_issuers(request: Request[Any, Any, Any]) -> frozenset[str]:
 
 
 Db = NamedDependency[AsyncSession]
-"""The request's session (one transaction per request)."""
+"""The call's session (one transaction per call)."""
 Rt = NamedDependency[Runtime]
+CallDep = NamedDependency[Call]
+FactsDep = NamedDependency[Facts]

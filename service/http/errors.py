@@ -15,7 +15,7 @@ from litestar.exceptions import (
 from litestar.status_codes import HTTP_413_REQUEST_ENTITY_TOO_LARGE
 from sqlalchemy.exc import DataError
 
-from service.audit.trail import find_trail
+from service.http.audit import find_call
 from service.db.types import PATTERN_MEANINGS
 from service.problems import (
     BodyTooLarge,
@@ -104,9 +104,9 @@ def to_problem(exc: Exception) -> Problem:
 
 def handle_exception(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
     problem = to_problem(exc)
-    trail = find_trail(request.scope)
-    if trail is not None:
-        trail.reason = problem.slug
+    call = find_call(request.scope)
+    if call is not None:
+        call.facts.reason = problem.slug
     if problem.status >= 500 and not isinstance(exc, Problem):
         # Exception type only: messages of driver errors can carry SQL and values.
         _log.error("unhandled_error", error_type=type(exc).__name__)

@@ -110,7 +110,7 @@ class SpecJson(JsonRenderPlugin):
         router.routes[:] = [route for route in router.routes if "{path" not in route.path]
         for route in router.routes:
             for handler in getattr(route, "route_handlers", []):
-                # Declared where the recorder would infer it (service/audit/recorder.py).
+                # Declared where the recorder would infer it (service/http/audit.py).
                 handler.opt.setdefault("action", "schema.read")
 
 

@@ -20,6 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from service.auth.issuer import hash_secret_off_loop
 from service.auth.principal import Principal as Caller
 from service.auth.scopes import ADMIN_SCOPES, ALL_SCOPES, Scope
+from service.calls import Facts
 from service.db.base import uuid7
 from service.db.models import Client, Principal, RoleAssignment, Space, Tenant
 from service.db.tenancy import name_tenant
@@ -73,15 +74,21 @@ class IdentityService:
         tenant_id: uuid.UUID,
         *,
         trusted_issuers: frozenset[str] = frozenset(),
+        facts: Facts | None = None,
     ) -> None:
         """`trusted_issuers`: the `iss` of the configured external issuers
-        (`AuthSettings.trusted_external_issuers`); none by default, so no external mapping."""
+        (`AuthSettings.trusted_external_issuers`); none by default, so no external mapping.
+        `facts`: where the call's audit facts are noted (none for bootstrap and internal
+        checks, which are not calls of their own)."""
+        self._facts = facts or Facts()
         self._session = session
         self._tenant_id = tenant_id
         self._trusted_issuers = trusted_issuers
 
     def _policy(self, caller: Caller) -> PolicyService:
-        return PolicyService(self._session, caller, trusted_issuers=self._trusted_issuers)
+        return PolicyService(
+            self._session, caller, trusted_issuers=self._trusted_issuers, facts=self._facts
+        )
 
     async def create_principal(self, data: PrincipalCreate) -> PrincipalOut:
         # A subject of an issuer we do not verify tokens of could never log in, yet an approved
@@ -124,6 +131,7 @@ class IdentityService:
         own = (principal.id, principal_name(principal.kind, principal.id))
         await add_own_grants(self._session, self._tenant_id, own, space.id)
         await self._session.refresh(principal)
+        self._facts.add_targets([principal.id])
         return _principal_out(principal, space.id)
 
     async def get_principal(self, principal_id: uuid.UUID) -> PrincipalOut:
@@ -193,7 +201,9 @@ class IdentityService:
             .order_by(Principal.id)
             .limit(LIST_LIMIT)
         )
-        return [_principal_out(principal, space_id) for principal, space_id in rows.all()]
+        items = [_principal_out(principal, space_id) for principal, space_id in rows.all()]
+        self._facts.count(len(items))
+        return items
 
     async def create_client(self, caller: CallerScopes, data: ClientCreate) -> ClientCreated:
         """Register a client. Three ceilings: the scopes must be ones the caller's own token
@@ -218,6 +228,7 @@ class IdentityService:
         self._session.add(client)
         await self._session.flush()
         await self._session.refresh(client)
+        self._facts.add_targets([client.client_id])
         return ClientCreated(client=_client_out(client), client_secret=secret)
 
     async def get_client(self, client_id: uuid.UUID) -> ClientOut:
@@ -233,7 +244,9 @@ class IdentityService:
             .order_by(Client.created_at, Client.client_id)
             .limit(LIST_LIMIT)
         )
-        return [_client_out(row) for row in rows.all()]
+        items = [_client_out(row) for row in rows.all()]
+        self._facts.count(len(items))
+        return items
 
     async def set_client_enabled(
         self, caller: Caller, client_id: uuid.UUID, *, enabled: bool

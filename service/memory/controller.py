@@ -10,15 +10,14 @@ from litestar.datastructures import State
 from litestar.di import NamedDependency, Provide
 from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
-from sqlalchemy.ext.asyncio import AsyncSession
 
-from service.audit.trail import trail_of
-from service.auth.guards import requires
 from service.auth.principal import Principal
-from service.auth.scopes import Scope
 from service.auth.tokens import VerifiedToken
-from service.http.deps import Db, Rt
+from service.calls import Call
+from service.http.deps import CallDep, Rt
 from service.http.params import parse_id
+from service.http.routes import route
+from service.memory import operations as ops
 from service.memory.repository import MemoryFilters
 from service.memory.schemas import (
     KEY_PATTERN,
@@ -53,8 +52,8 @@ def provide_filters(
     return MemoryFilters(subject=subject, kind=kind, key=key, space_id=space_id)
 
 
-def _service(session: AsyncSession, runtime: Runtime) -> MemoryService:
-    return MemoryService(session, runtime.embedder, runtime.settings.memory)
+def _service(call: Call, runtime: Runtime) -> MemoryService:
+    return MemoryService(call.db, runtime.embedder, runtime.settings.memory, facts=call.facts)
 
 
 class MemoryController(Controller):
@@ -62,26 +61,19 @@ class MemoryController(Controller):
     tags = ["memories"]
     dependencies = {"filters": Provide(provide_filters, sync_to_thread=False)}
 
-    @post(
-        "/",
-        status_code=HTTP_201_CREATED,
-        guards=[requires(Scope.WRITE_MEMORY)],
-        opt={"action": "memory.write"},
-    )
+    @post("/", status_code=HTTP_201_CREATED, **route(ops.WRITE))
     async def remember(
-        self, request: AuthedRequest, data: JSONBody[MemoryCreate], db: Db, runtime: Rt
+        self, request: AuthedRequest, data: JSONBody[MemoryCreate], call: CallDep, runtime: Rt
     ) -> MemoryWritten:
         """Write a memory into one of your spaces (default: your personal space). A memory with
         the same subject, kind and key in that space supersedes the live one."""
-        written = await _service(db, runtime).write(request.user, data)
-        trail_of(request).add_targets([written.memory.id, *written.superseded])
-        return written
+        return await _service(call, runtime).write(request.user, data)
 
-    @get("/", guards=[requires(Scope.READ_MEMORY)], opt={"action": "memory.list"})
+    @get("/", **route(ops.LIST))
     async def list_memories(
         self,
         request: AuthedRequest,
-        db: Db,
+        call: CallDep,
         runtime: Rt,
         filters: NamedDependency[MemoryFilters],
         cursor: FromQuery[str | None] = None,
@@ -90,57 +82,39 @@ class MemoryController(Controller):
         ] = None,
     ) -> MemoryPage:
         """List live memories visible to you, newest first, with cursor pagination."""
-        page = await _service(db, runtime).list_page(request.user, filters, cursor, limit)
-        trail_of(request).count(len(page.items))
-        return page
+        return await _service(call, runtime).list_page(request.user, filters, cursor, limit)
 
-    @get("/counts", guards=[requires(Scope.READ_MEMORY)], opt={"action": "memory.count"})
+    @get("/counts", **route(ops.COUNT))
     async def count_memories(
         self,
         request: AuthedRequest,
-        db: Db,
+        call: CallDep,
         runtime: Rt,
         filters: NamedDependency[MemoryFilters],
         group_by: FromQuery[GroupBy | None] = None,
     ) -> MemoryCounts:
         """Count the live memories visible to you, optionally per kind, space or subject (the
         largest groups first). Counts cover exactly what list and search can return."""
-        counts = await _service(db, runtime).count(request.user, filters, group_by)
-        trail_of(request).count(counts.total)
-        return counts
+        return await _service(call, runtime).count(request.user, filters, group_by)
 
-    @post(
-        "/search",
-        status_code=200,
-        guards=[requires(Scope.READ_MEMORY)],
-        opt={"action": "memory.search"},
-    )
+    @post("/search", status_code=200, **route(ops.SEARCH))
     async def search(
-        self, request: AuthedRequest, data: JSONBody[SearchRequest], db: Db, runtime: Rt
+        self, request: AuthedRequest, data: JSONBody[SearchRequest], call: CallDep, runtime: Rt
     ) -> SearchResult:
         """Rank the live memories visible to you by similarity to `query`; at most `k` hits, each
         with score and provenance. `min_score` lets the answer be "nothing relevant"."""
-        result = await _service(db, runtime).search(request.user, data)
-        trail = trail_of(request)
-        trail.add_targets(hit.memory.id for hit in result.hits)
-        trail.count(len(result.hits))
-        return result
+        return await _service(call, runtime).search(request.user, data)
 
-    @get("/{memory_id:str}", guards=[requires(Scope.READ_MEMORY)], opt={"action": "memory.get"})
+    @get("/{memory_id:str}", **route(ops.GET))
     async def recall(
-        self, request: AuthedRequest, memory_id: FromPath[str], db: Db, runtime: Rt
+        self, request: AuthedRequest, memory_id: FromPath[str], call: CallDep, runtime: Rt
     ) -> MemoryOut:
         """Get one memory by id (superseded versions included, with their links)."""
-        return await _service(db, runtime).get(request.user, parse_id(memory_id))
+        return await _service(call, runtime).get(request.user, parse_id(memory_id))
 
-    @delete(
-        "/{memory_id:str}",
-        status_code=HTTP_204_NO_CONTENT,
-        guards=[requires(Scope.DELETE_MEMORY)],
-        opt={"action": "memory.delete"},
-    )
+    @delete("/{memory_id:str}", status_code=HTTP_204_NO_CONTENT, **route(ops.DELETE))
     async def forget(
-        self, request: AuthedRequest, memory_id: FromPath[str], db: Db, runtime: Rt
+        self, request: AuthedRequest, memory_id: FromPath[str], call: CallDep, runtime: Rt
     ) -> None:
         """Delete one memory. Needs `delete:memory`; `write:memory` does not imply it."""
-        await _service(db, runtime).delete(request.user, parse_id(memory_id))
+        await _service(call, runtime).delete(request.user, parse_id(memory_id))

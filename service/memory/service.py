@@ -15,6 +15,7 @@ from typing import Any, Literal
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.auth.principal import Principal
+from service.calls import Facts
 from service.db.base import uuid7
 from service.db.models import Memory
 from service.embeddings import Embedder
@@ -69,8 +70,12 @@ def content_hash(value: str) -> bytes:
 
 
 class MemoryService:
-    def __init__(self, session: AsyncSession, embedder: Embedder, limits: MemorySettings) -> None:
+    def __init__(
+        self, session: AsyncSession, embedder: Embedder, limits: MemorySettings, *, facts: Facts
+    ) -> None:
+        """`facts`: where the call's audit facts (targets, counts) are noted."""
         self._session = session
+        self._facts = facts
         self._embedder = embedder
         self._limits = limits
 
@@ -97,6 +102,7 @@ class MemoryService:
         if previous is not None and previous.id not in superseded:
             await repository.relink_closed_head(self._session, scope, previous.id, row.id)
         row = await repository.insert(self._session, row)
+        self._facts.add_targets([row.id, *superseded])
         return MemoryWritten(memory=to_out(row), superseded=superseded)
 
     async def get(self, principal: Principal, memory_id: uuid.UUID) -> MemoryOut:
@@ -119,6 +125,7 @@ class MemoryService:
                 self._session, scope, filters, after=after, limit=page_size + 1
             )
         items = [to_out(row) for row in rows[:page_size]]
+        self._facts.count(len(items))
         next_cursor = encode_cursor(rows[page_size - 1].id) if len(rows) > page_size else None
         return MemoryPage(items=items, next_cursor=next_cursor)
 
@@ -135,6 +142,7 @@ class MemoryService:
                 group_by=group_by,
                 max_groups=max_groups + 1,
             )
+        self._facts.count(total)
         return MemoryCounts(
             total=total,
             group_by=group_by,
@@ -170,6 +178,8 @@ class MemoryService:
             # Operators see the path; callers do not: whether the walk came back short depends
             # on rows they may not see (other tenants' too), so the answer must not tell.
             rank.set_attribute("memgate.search.strategy", strategy)
+        self._facts.add_targets(row.id for row, _ in hits)
+        self._facts.count(len(hits))
         return SearchResult(
             hits=[SearchHit(score=score, memory=to_out(row)) for row, score in hits],
             k=k,

@@ -15,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from service.auth.principal import Principal as Caller
 from service.auth.resolver import admin_credentials_live
 from service.auth.scopes import ADMIN_SCOPES, Scope
+from service.calls import Facts
 from service.db.base import uuid7
 from service.db.models import Delegation, Principal, Space, SpaceGrant, Team, Tenant
 from service.identity.problems import PrincipalNotFound, untrusted_issuer
@@ -120,10 +121,14 @@ class PolicyService:
         caller: Caller,
         *,
         trusted_issuers: frozenset[str] = frozenset(),
+        facts: Facts | None = None,
     ):
         """`trusted_issuers`: the `iss` of the configured external issuers
         (`AuthSettings.trusted_external_issuers`): only mappings to them can be approved for
-        admin scopes or count as working admins. None by default."""
+        admin scopes or count as working admins. None by default.
+        `facts`: where the call's audit facts are noted (none for bootstrap and internal
+        checks, which are not calls of their own)."""
+        self._facts = facts or Facts()
         self._session = session
         self._caller = caller
         self._tenant_id = caller.tenant_id
@@ -164,25 +169,35 @@ class PolicyService:
         team = Team(tenant_id=self._tenant_id, id=uuid7(), name=data.name)
         self._session.add(team)
         await self._session.flush()
+        self._facts.add_targets([team.id])
         return _team_out(team)
 
     async def list_teams(self) -> list[TeamOut]:
         rows = await self._session.scalars(
             select(Team).where(Team.tenant_id == self._tenant_id).order_by(Team.id).limit(500)
         )
-        return [_team_out(team) for team in rows]
+        items = [_team_out(team) for team in rows]
+        self._facts.count(len(items))
+        return items
 
     async def add_member(self, team_id: uuid.UUID, member: Member) -> PolicyChange:
         team = await self._team(team_id)
         name = await self._member_name(member)
         if name == f"team:{team.id}":
             raise PolicyTooDeep("A team cannot be a member of itself; nothing was changed.")
+        self._name_nested_team(member)
         return await self._change(add=[Rule("g", name, f"team:{team.id}")])
 
     async def remove_member(self, team_id: uuid.UUID, member: Member) -> PolicyChange:
         team = await self._team(team_id)
         name = await self._member_name(member)
+        self._name_nested_team(member)
         return await self._change(remove=[Rule("g", name, f"team:{team.id}")])
+
+    def _name_nested_team(self, member: Member) -> None:
+        """The audit row names path ids that are bare UUIDs; `team:<uuid>` is not one."""
+        if member.is_team:
+            self._facts.add_targets([member.id])
 
     # spaces -----------------------------------------------------------------------------
 
@@ -202,13 +217,16 @@ class PolicyService:
         if data.parent_id is not None:
             rules.append(Rule("g2", space_name(space.id), space_name(data.parent_id)))
         change = await self._change(add=rules)
+        self._facts.add_targets([space.id])
         return SpaceCreated(space=_space_out(space), policy_version=change.policy_version)
 
     async def list_spaces(self) -> list[SpaceOut]:
         rows = await self._session.scalars(
             select(Space).where(Space.tenant_id == self._tenant_id).order_by(Space.id).limit(1000)
         )
-        return [_space_out(space) for space in rows]
+        items = [_space_out(space) for space in rows]
+        self._facts.count(len(items))
+        return items
 
     # grants -----------------------------------------------------------------------------
 
@@ -329,6 +347,7 @@ class PolicyService:
             reasons[(space_id, action)].append(
                 Reason(via_subjects=list(via_subjects), via_spaces=list(via_spaces))
             )
+        self._facts.count(len(reasons))
         return Permissions(
             principal_id=principal_id,
             policy_version=await self._version(),
@@ -355,11 +374,13 @@ class PolicyService:
             )
             .order_by(SpaceGrant.principal_id)
         )
+        principal_ids = list(rows)
+        self._facts.count(len(principal_ids))
         return SpaceAccess(
             space_id=space_id,
             action=action,
             policy_version=await self._version(),
-            principal_ids=list(rows),
+            principal_ids=principal_ids,
         )
 
     # internals --------------------------------------------------------------------------

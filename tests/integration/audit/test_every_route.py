@@ -15,7 +15,7 @@ from litestar import get
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from service.app import create_app
-from service.audit.recorder import check_every_route_is_audited
+from service.http.audit import check_every_route_is_an_operation
 from service.runtime import Runtime
 from tests.fixtures.api import Api
 from tests.integration.audit.support import owner_execute, rows_by_request
@@ -89,8 +89,22 @@ def test_a_route_without_an_audit_action_cannot_be_mounted(runtime: Runtime) -> 
 
     app = create_app(runtime)
     app.register(unaudited)
-    with pytest.raises(RuntimeError, match="every route needs"):
-        check_every_route_is_audited(app)
+    with pytest.raises(RuntimeError, match=r"must be bound to an Operation.*GET /v1/unaudited"):
+        check_every_route_is_an_operation(app)
+
+
+def test_a_route_naming_an_action_but_no_operation_cannot_be_mounted(runtime: Runtime) -> None:
+    """An audit action alone is not enough: the scope, the policy check and the problems come
+    from the declaration, so a hand-made route could skip them."""
+
+    @get("/v1/hand-made", opt={"action": "memory.search"})
+    async def hand_made() -> dict[str, str]:
+        return {}
+
+    app = create_app(runtime)
+    app.register(hand_made)
+    with pytest.raises(RuntimeError, match="GET /v1/hand-made"):
+        check_every_route_is_an_operation(app)
 
 
 async def test_a_failed_audit_write_fails_the_call_and_keeps_nothing(

@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from service.app import create_app
 from service.audit.checkpoints import run_checkpoints
 from service.audit.independent import verify_events
-from service.audit.recorder import known_scopes, plain_or_digest
+from service.audit.rows import known_scopes, plain_or_digest
 from service.embeddings import Embedder
 from service.runtime import build_runtime
 from service.settings import Settings

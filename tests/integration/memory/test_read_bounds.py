@@ -16,8 +16,8 @@ import psycopg
 import pytest
 from sqlalchemy import func, select
 
-from service.audit.trail import AuditTrail
 from service.auth.principal import Principal
+from service.calls import Call
 from service.memory import repository
 from service.memory.repository import MemoryFilters
 from service.policy.visible import Action, visible
@@ -147,7 +147,7 @@ async def test_the_read_budget_is_restored_for_the_rest_of_the_transaction(api: 
         issuer="test",
     )
     setting = select(func.current_setting("statement_timeout"))
-    session = await AuditTrail(api.runtime).request_session(caller)
+    session = Call(api.runtime, "memory.list", "GET", "test", caller=caller).db
     try:
         before = await session.scalar(setting)
         async with repository.read_budget(session, 1234):

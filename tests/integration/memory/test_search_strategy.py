@@ -21,8 +21,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from sqlalchemy import func, select
 
 from bench.corpus import sentences
-from service.audit.trail import AuditTrail
 from service.auth.principal import Principal
+from service.calls import Call
 from service.memory import repository
 from service.memory.repository import AnnTuning, MemoryFilters
 from service.policy.visible import Action, visible
@@ -166,8 +166,7 @@ async def test_the_approximate_path_walks_the_hnsw_index(api: Api) -> None:
     )
     [vector] = await api.runtime.embedder.embed(["who owns the billing service"])
     scans = select(func.pg_stat_get_xact_numscans(func.to_regclass("ix_memories_embedding_hnsw")))
-    trail = AuditTrail(api.runtime)
-    session = await trail.request_session(caller)
+    session = Call(api.runtime, "memory.search", "POST", "test", caller=caller).db
     try:
         scope = visible(caller, Action.READ)
         await repository.search_exact(session, scope, vector, MemoryFilters(), k=K, min_score=None)

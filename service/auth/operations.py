@@ -1,0 +1,40 @@
+"""The public operations of the embedded issuer: the token endpoint and its discovery."""
+
+from __future__ import annotations
+
+from service.auth.problems import (
+    OAuthInvalidClient,
+    OAuthInvalidGrant,
+    OAuthInvalidRequest,
+    OAuthInvalidScope,
+    OAuthOverloaded,
+    OAuthTooManyFailures,
+    OAuthUnauthorizedClient,
+    OAuthUnsupportedGrantType,
+)
+from service.operations import operation
+
+TOKEN = operation(
+    "auth.token",
+    "issueToken",
+    "Get an access token (client credentials or token exchange)",
+    None,
+    OAuthInvalidRequest,
+    OAuthInvalidClient,
+    OAuthInvalidGrant,
+    OAuthUnauthorizedClient,
+    OAuthUnsupportedGrantType,
+    OAuthInvalidScope,
+    OAuthTooManyFailures,
+    OAuthOverloaded,
+)
+JWKS = operation(
+    "auth.jwks", "getJwks", "The embedded issuer's public signing keys", None, takes_input=False
+)
+METADATA = operation(
+    "auth.metadata",
+    "getAuthorizationServerMetadata",
+    "Authorization server metadata (RFC 8414)",
+    None,
+    takes_input=False,
+)

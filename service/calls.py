@@ -1,0 +1,289 @@
+"""The call: one operation's unit of work, whatever carried it (HTTP, MCP, a job).
+
+A `Call` is where "this caller does this, under policy, audited, in one transaction" holds:
+
+- **session**: `call.db` is the call's one database session. It is made on first use and begins
+  its transaction on its first statement, so nothing holds a pooled connection while the
+  embedding provider answers; the transaction's first act names the caller for row-level
+  security (no caller: no memory row is visible).
+- **facts**: services note what only they know (targets, counts, the identity a token request
+  proved) on `call.facts`; the transport adds the reason a call was refused.
+- **finish**: `call.finish(status)` ends it. A call that succeeded appends its audit row in its
+  own transaction and commits both together; anything else rolls back and appends the row in a
+  short transaction of its own. If the row cannot be appended or the commit is not confirmed,
+  finish answers a `ServiceUnavailable` to send instead: a call is never answered unaudited.
+
+HTTP (service/http/audit.py), MCP (service/mcp/) and jobs open calls; only this module begins,
+commits and rolls back a call's transaction, and only audit/rows.py builds its row.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import structlog
+from sqlalchemy import event, text
+from sqlalchemy.engine import Connection
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import Session, SessionTransaction
+
+from service.audit.rows import PLATFORM_TENANT, RowSource, append_row
+from service.auth.principal import Principal
+from service.auth.tokens import VerifiedToken
+from service.db.tenancy import name_tenant
+from service.problems import Problem, ServiceUnavailable
+
+from service.runtime import Runtime
+
+if TYPE_CHECKING:
+    from service.operations import Operation
+
+_log = structlog.get_logger("memgate.calls")
+
+MAX_TARGETS = 1000
+"""A row names at most this many target ids (a search answers at most `max_k` hits)."""
+
+_NAME_CALLER = text(
+    "SELECT set_config('memgate.tenant_id', :tenant, true), "
+    "set_config('memgate.principal_id', :principal, true), "
+    "set_config('memgate.actor_id', :actor, true)"
+)
+
+NOT_RECORDED = ServiceUnavailable(
+    "The call could not be recorded in the audit log, so it was not carried out (nothing was "
+    "changed). Retry later."
+)
+NOT_CONFIRMED = ServiceUnavailable(
+    "The database did not confirm the commit of this call and its audit row, so its outcome is "
+    "unknown. Read the resource before you retry a write."
+)
+
+
+@dataclass(frozen=True)
+class IssuedIdentity:
+    """Who a successful token request proved to be (the caller had no bearer token)."""
+
+    tenant_id: uuid.UUID
+    subject: str
+    principal_id: uuid.UUID
+    client_id: str
+    token_id: str
+    scopes: tuple[str, ...]
+    actor_subject: str | None = None
+    """The acting agent of a token exchange (`act.sub`)."""
+
+
+@dataclass
+class Facts:
+    """What the services found out while the call ran, for its audit row."""
+
+    targets: list[uuid.UUID] = field(default_factory=list)
+    result_count: int | None = None
+    reason: str | None = None
+    issued: IssuedIdentity | None = None
+    presented_client_id: str | None = None
+
+    def add_targets(self, ids: Iterable[uuid.UUID]) -> None:
+        room = MAX_TARGETS - len(self.targets)
+        if room > 0:
+            self.targets.extend(list(ids)[:room])
+
+    def count(self, n: int) -> None:
+        self.result_count = n
+
+    def client_presented(self, client_id: str | None) -> None:
+        """A client id from an unauthenticated token request: kept only when it is a UUID, so
+        whatever else a caller types into the field never reaches the log."""
+        try:
+            self.presented_client_id = str(uuid.UUID(client_id or ""))
+        except ValueError:
+            self.presented_client_id = None
+
+
+@dataclass
+class Call:
+    """One operation's unit of work. `action`, `method` and `route` name it in the audit row;
+    the transport may fill them in late (HTTP knows its route only after routing)."""
+
+    runtime: Runtime
+    action: str
+    method: str
+    route: str
+    request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    caller: Principal | None = None
+    token: VerifiedToken | None = None
+    bearer: str = ""
+    """The bearer token as presented, for naming an untrusted issuer as a digest only."""
+    path_ids: list[uuid.UUID] = field(default_factory=list)
+    facts: Facts = field(default_factory=Facts)
+    started: float = field(default_factory=time.perf_counter)
+    exempt: bool = False
+    """Probes and scrapes: no audit row (their transaction still ends)."""
+    finished: bool = False
+    receipt: tuple[uuid.UUID, int, bytes] | None = None
+    """(chain, seq, hash) of this call's row once it committed: the chain's head then."""
+    _session: AsyncSession | None = None
+
+    def identify(self, caller: Principal, token: VerifiedToken) -> None:
+        """The authenticated caller (before the first statement: RLS is named from it)."""
+        self.caller, self.token = caller, token
+
+    @property
+    def authenticated(self) -> bool:
+        return self.caller is not None and self.token is not None
+
+    @property
+    def db(self) -> AsyncSession:
+        """The call's session. No connection is taken until its first statement, and the
+        transaction that statement begins names the caller first."""
+        if self._session is None:
+            self._session = self.runtime.sessionmaker()
+            if self.caller is not None:
+                event.listen(self._session.sync_session, "after_begin", self._name_caller)
+        return self._session
+
+    def _name_caller(self, _: Session, __: SessionTransaction, connection: Connection) -> None:
+        caller = self.caller
+        assert caller is not None
+        connection.execute(
+            _NAME_CALLER,
+            {
+                "tenant": str(caller.tenant_id),
+                "principal": str(caller.principal_id),
+                "actor": str(caller.actor_id) if caller.actor_id else "",
+            },
+        )
+
+    def chain(self) -> uuid.UUID:
+        """The chain the row goes to: the caller's tenant, the tenant a token request proved,
+        or the platform chain (calls nobody authenticated are never logged under the tenant a
+        token merely claims)."""
+        if self.caller is not None and self.token is not None:
+            return self.caller.tenant_id
+        if self.facts.issued is not None:
+            return self.facts.issued.tenant_id
+        return PLATFORM_TENANT
+
+    async def finish(self, status: int, reason: str | None = None) -> ServiceUnavailable | None:
+        """Record the call. A problem means it could not be (answer that instead)."""
+        self.finished = True
+        if reason is not None:
+            self.facts.reason = reason
+        session = self._session
+        began = session is not None and session.in_transaction()
+        if self.exempt:
+            await self._settle(commit=status < 400)
+            return None
+        if status < 400 and began:
+            assert session is not None
+            return await self._with_the_call(session, status)
+        await self._settle(commit=False)
+        return None if await self._separately(status, None) else NOT_RECORDED
+
+    async def _with_the_call(self, session: AsyncSession, status: int) -> ServiceUnavailable | None:
+        """The row in the call's own transaction, committed with the call's writes."""
+        source = RowSource.of(self, status, None)
+        try:
+            if self.caller is None:
+                # `audit_append()` writes only to the tenant the transaction names; a call with
+                # a caller named it when it began, and keeps it.
+                await name_tenant(session, self.chain())
+            self.receipt = await append_row(session, self.runtime, source, path="in_request")
+        except Exception as exc:  # any failure: the call must not succeed unrecorded
+            self.receipt = None
+            _log.error("audit_in_request_failed", error_type=type(exc).__name__)
+            await self._settle(commit=False)
+            await self._separately(503, "audit-unavailable")
+            return NOT_RECORDED
+        try:
+            await session.commit()
+        except Exception as exc:  # the reply to COMMIT was lost or refused: outcome unknown
+            self.receipt = None
+            _log.error("audit_commit_failed", error_type=type(exc).__name__)
+            await self._separately(503, "commit-unconfirmed")
+            return NOT_CONFIRMED
+        return None
+
+    async def _separately(self, status: int, reason: str | None) -> bool:
+        source = RowSource.of(self, status, reason)
+        try:
+            async with (
+                self._platform_slot(source.tenant_id),
+                self.runtime.sessionmaker.begin() as session,
+            ):
+                await name_tenant(session, source.tenant_id)
+                receipt = await append_row(session, self.runtime, source, path="separate")
+            self.receipt = receipt
+            return True
+        except Exception as exc:  # reported to the caller as 503
+            _log.error("audit_append_failed", error_type=type(exc).__name__)
+            return False
+
+    def _platform_slot(self, tenant: uuid.UUID) -> AbstractAsyncContextManager[Any]:
+        """Rows of calls nobody authenticated all go to the platform tenant's chain, whose lock
+        appends them one at a time. A flood of refused token requests would otherwise hold a
+        pool connection per row just to wait for that lock, so they take one of a few slots
+        *before* checking a connection out; rows of other chains do not wait."""
+        if tenant != PLATFORM_TENANT:
+            return nullcontext()
+        return self.runtime.platform_audit_slots
+
+    async def _settle(self, *, commit: bool) -> None:
+        """End the call's transaction; a failure to roll back (a dead connection) must not stop
+        the call being audited, and what was not committed is gone either way."""
+        session = self._session
+        if session is None or not session.in_transaction():
+            return
+        try:
+            if commit:
+                await session.commit()
+            else:
+                await session.rollback()
+        except Exception as exc:
+            _log.error("call_transaction_end_failed", error_type=type(exc).__name__)
+            if commit:
+                raise
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+
+@asynccontextmanager
+async def open_call(
+    runtime: Runtime,
+    operation: Operation,
+    *,
+    caller: Principal,
+    token: VerifiedToken,
+    method: str,
+    route: str,
+    request_id: str | None = None,
+) -> AsyncIterator[Call]:
+    """A call outside HTTP's response cycle (an MCP tool, a job): it finishes when the block
+    ends — committed with its audit row when the block returned, rolled back and audited as a
+    denial (a `Problem`) or failure otherwise — before the caller sees any result. A call that
+    cannot be recorded raises `ServiceUnavailable`."""
+    call = Call(runtime, operation.name, method, route, caller=caller, token=token)
+    if request_id is not None:
+        call.request_id = request_id
+    try:
+        try:
+            yield call
+        except Problem as problem:
+            if await call.finish(problem.status, problem.slug) is not None:
+                raise NOT_RECORDED from problem
+            raise
+        except BaseException:
+            await call.finish(500, "internal-error")
+            raise
+        unrecorded = await call.finish(200)
+        if unrecorded is not None:
+            raise unrecorded
+    finally:
+        await call.close()

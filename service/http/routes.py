@@ -1,0 +1,48 @@
+"""REST routes bound to operations: `@post("/search", **route(ops.SEARCH))`.
+
+The scope guard, the policy check, the audit action, the operation id and the summary all come
+from the one declaration (service/operations.py); the route adds only its path and method.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from service.auth.guards import AnyConnection, requires
+from service.http.audit import call_of_scope
+from service.operations import Operation
+
+PUBLIC = "exclude_from_auth"
+"""Route option the bearer authentication skips (public operations: token, discovery)."""
+
+
+def _checked(operation: Operation) -> Any:
+    check = operation.check
+    assert check is not None
+
+    async def guard(connection: AnyConnection, _: Any) -> None:
+        await check(call_of_scope(connection.scope))
+
+    guard.__name__ = f"check_{operation.name.replace('.', '_')}"
+    return guard
+
+
+def route(operation: Operation, **extra: Any) -> dict[str, Any]:
+    """Keyword arguments of a Litestar route decorator serving `operation`."""
+    guards: list[Any] = []
+    if operation.scope is not None:
+        guards.append(requires(operation.scope))
+    if operation.check is not None:
+        guards.append(_checked(operation))
+    opt: dict[str, Any] = {"operation": operation, "action": operation.name}
+    kwargs: dict[str, Any] = {
+        "guards": guards,
+        "opt": opt,
+        "operation_id": operation.operation_id,
+        "summary": operation.summary,
+    }
+    if operation.public:
+        opt[PUBLIC] = True
+        kwargs["security"] = []
+    kwargs.update(extra)
+    return kwargs

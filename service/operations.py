@@ -1,0 +1,87 @@
+"""Operations: each use case of memgate declared once.
+
+An `Operation` names what a caller does (`memory.search`), the token scope it needs, the policy
+check it passes besides the scope, its public operation id, and the problems it can answer with.
+REST routes (service/http/routes.py) and MCP tools (service/mcp/) are bound to these declarations,
+the audit row names the operation, and the app refuses to start with a route or tool that is not
+one. Features declare theirs in `<feature>/operations.py`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from service.auth.scopes import Scope
+from service.problems import (
+    InsufficientScope,
+    InvalidRequest,
+    MalformedId,
+    MalformedRequest,
+    NotAuthenticated,
+    Problem,
+    ServiceUnavailable,
+    UnsupportedMediaType,
+)
+
+if TYPE_CHECKING:
+    from service.calls import Call
+
+Check = Callable[["Call"], Awaitable[None]]
+"""A policy check beyond the scope (policy admin, auditor), run against the call, so REST and MCP
+ask the same question."""
+
+OPERATIONS: dict[str, Operation] = {}
+"""Every declared operation by name."""
+
+
+@dataclass(frozen=True, eq=False)
+class Operation:
+    name: str
+    """The audit action, `<feature>.<verb>` (`memory.search`)."""
+    operation_id: str
+    """The OpenAPI operation id and MCP tool base name (`searchMemories`)."""
+    summary: str
+    scope: Scope | None
+    """The token scope the caller needs; None for a public operation (no bearer token)."""
+    problems: tuple[type[Problem], ...] = ()
+    """The problems the operation itself can raise (the entrance adds its own)."""
+    check: Check | None = None
+    takes_input: bool = True
+    """False when the operation has no body, query or path input that can fail validation."""
+
+    def __post_init__(self) -> None:
+        if self.name in OPERATIONS:
+            raise TypeError(f"operation {self.name!r} is declared twice")
+        if any(op.operation_id == self.operation_id for op in OPERATIONS.values()):
+            raise TypeError(f"operation id {self.operation_id!r} is declared twice")
+        OPERATIONS[self.name] = self
+
+    @property
+    def public(self) -> bool:
+        return self.scope is None
+
+    def all_problems(self) -> tuple[type[Problem], ...]:
+        """What a caller can get back: the operation's own problems plus the entrance's (token,
+        scope, input validation, an audit log that cannot record the call)."""
+        entrance: list[type[Problem]] = []
+        if not self.public:
+            entrance += [NotAuthenticated, InsufficientScope]
+        if self.takes_input:
+            entrance += [MalformedRequest, MalformedId, UnsupportedMediaType, InvalidRequest]
+        entrance.append(ServiceUnavailable)
+        return tuple(dict.fromkeys([*entrance, *self.problems]))
+
+
+def operation(
+    name: str,
+    operation_id: str,
+    summary: str,
+    scope: Scope | None,
+    *problems: type[Problem],
+    check: Check | None = None,
+    takes_input: bool = True,
+) -> Operation:
+    """Declare an operation (module level, once)."""
+    return Operation(name, operation_id, summary, scope, problems, check, takes_input)

@@ -1,0 +1,128 @@
+"""The policy operations: teams, spaces, grants, roles, delegates, and explaining access."""
+
+from __future__ import annotations
+
+from service.auth.scopes import Scope
+from service.identity.problems import PrincipalNotFound
+from service.operations import Operation, operation
+from service.policy.guards import requires_policy_admin
+from service.policy.problems import (
+    LastRoleHolder,
+    PersonalSpace,
+    PolicyAdminRequired,
+    PolicyNameInvalid,
+    PolicyReadSelfOnly,
+    PolicyTooDeep,
+    SpaceUnknown,
+    TeamNotFound,
+)
+from service.problems import Problem
+
+_ADMIN = (PolicyAdminRequired,)
+
+
+def _managed(name: str, operation_id: str, summary: str, *problems: type[Problem]) -> Operation:
+    """Managing policy: the scope and role:policy_admin."""
+    return operation(
+        name,
+        operation_id,
+        summary,
+        Scope.MANAGE_POLICY,
+        *_ADMIN,
+        *problems,
+        check=requires_policy_admin,
+    )
+
+
+TEAM_CREATE = _managed("policy.team.create", "createTeam", "Create a team", PolicyNameInvalid)
+TEAM_LIST = _managed("policy.team.list", "listTeams", "List the teams of your tenant")
+TEAM_ADD_MEMBER = _managed(
+    "policy.team.add_member",
+    "addTeamMember",
+    "Add a principal or team to a team",
+    TeamNotFound,
+    PrincipalNotFound,
+    PolicyTooDeep,
+)
+TEAM_REMOVE_MEMBER = _managed(
+    "policy.team.remove_member",
+    "removeTeamMember",
+    "Remove a principal or team from a team",
+    TeamNotFound,
+    PrincipalNotFound,
+    LastRoleHolder,
+)
+SPACE_CREATE = _managed(
+    "policy.space.create",
+    "createSpace",
+    "Create a team or tenant-wide space",
+    SpaceUnknown,
+    PersonalSpace,
+    PolicyNameInvalid,
+    PolicyTooDeep,
+)
+SPACE_LIST = _managed("policy.space.list", "listSpaces", "List the spaces of your tenant")
+GRANT = _managed(
+    "policy.grant",
+    "grantSpaceAccess",
+    "Grant read, write or delete on a space",
+    SpaceUnknown,
+    PrincipalNotFound,
+    TeamNotFound,
+    PersonalSpace,
+)
+REVOKE = _managed(
+    "policy.revoke",
+    "revokeSpaceAccess",
+    "Revoke a grant on a space",
+    SpaceUnknown,
+    PrincipalNotFound,
+    TeamNotFound,
+    PersonalSpace,
+    LastRoleHolder,
+)
+SPACE_ACCESS = operation(
+    "policy.space.access",
+    "getSpaceAccess",
+    "Who may act in a space",
+    Scope.READ_POLICY,
+    SpaceUnknown,
+    PolicyReadSelfOnly,
+)
+ROLE_ADD_MEMBER = _managed(
+    "policy.role.add_member",
+    "addRoleMember",
+    "Give a principal a policy role",
+    PrincipalNotFound,
+)
+ROLE_REMOVE_MEMBER = _managed(
+    "policy.role.remove_member",
+    "removeRoleMember",
+    "Take a policy role from a principal",
+    PrincipalNotFound,
+    LastRoleHolder,
+)
+DELEGATE_ALLOW = operation(
+    "policy.delegate.allow",
+    "allowDelegate",
+    "Allow an agent to act for a user",
+    Scope.MANAGE_DELEGATES,
+    PrincipalNotFound,
+    PolicyReadSelfOnly,
+)
+DELEGATE_REVOKE = operation(
+    "policy.delegate.revoke",
+    "revokeDelegate",
+    "Stop an agent acting for a user",
+    Scope.MANAGE_DELEGATES,
+    PrincipalNotFound,
+    PolicyReadSelfOnly,
+)
+PERMISSIONS = operation(
+    "policy.permissions",
+    "explainPermissions",
+    "What a principal may do, and why",
+    Scope.READ_POLICY,
+    PrincipalNotFound,
+    PolicyReadSelfOnly,
+)
