@@ -34,10 +34,10 @@ from sqlalchemy.orm import Session, SessionTransaction
 
 from service.audit.rows import PLATFORM_TENANT, RowSource, append_row
 from service.auth.principal import Principal
+from service.auth.resolver import claimed_caller, resolve_principal
 from service.auth.tokens import VerifiedToken
 from service.db.tenancy import name_tenant
 from service.problems import Problem, ServiceUnavailable
-
 from service.runtime import Runtime
 
 if TYPE_CHECKING:
@@ -53,6 +53,13 @@ _NAME_CALLER = text(
     "set_config('memgate.principal_id', :principal, true), "
     "set_config('memgate.actor_id', :actor, true)"
 )
+_NAME_READER = text(
+    "SELECT set_config('memgate.tenant_id', :tenant, true), "
+    "set_config('memgate.principal_id', :principal, true), "
+    "set_config('memgate.actor_id', :actor, true), "
+    "set_config('transaction_read_only', 'on', true)"
+)
+"""The same, for a read-only operation: the database refuses any write it tries."""
 
 NOT_RECORDED = ServiceUnavailable(
     "The call could not be recorded in the audit log, so it was not carried out (nothing was "
@@ -124,14 +131,39 @@ class Call:
     started: float = field(default_factory=time.perf_counter)
     exempt: bool = False
     """Probes and scrapes: no audit row (their transaction still ends)."""
+    read_only: bool = False
+    """A read-only operation (its transaction is read-only; its row is group-committed)."""
     finished: bool = False
     receipt: tuple[uuid.UUID, int, bytes] | None = None
     """(chain, seq, hash) of this call's row once it committed: the chain's head then."""
     _session: AsyncSession | None = None
+    _naming: dict[str, str] | None = None
+    """What the transaction names for row-level security when it begins."""
 
     def identify(self, caller: Principal, token: VerifiedToken) -> None:
         """The authenticated caller (before the first statement: RLS is named from it)."""
         self.caller, self.token = caller, token
+        self._naming = _naming_of(caller.tenant_id, caller.principal_id, caller.actor_id)
+
+    async def enter(self, token: VerifiedToken, *, read_only: bool = False) -> Principal:
+        """Authenticate the call on its own connection, in its own transaction: the principal
+        and client are checked as still enabled by the transaction's first statements, so a
+        disabled client stops at once and no second pooled connection is taken.
+
+        The transaction begins naming the ids the verified token claims (its tenant, and for our
+        own tokens its subject and acting agent); the resolution then proves them. Only a
+        principal mapped from an external subject is named afterwards, once it is known."""
+        self.read_only = read_only
+        claimed = claimed_caller(token)
+        self._naming = _naming_of(*claimed)
+        principal = await resolve_principal(self.db, token)
+        self.identify(principal, token)
+        if (principal.principal_id, principal.actor_id) != claimed[1:]:
+            await self.db.execute(self._naming_statement(), self._naming)
+        return principal
+
+    def _naming_statement(self) -> Any:
+        return _NAME_READER if self.read_only else _NAME_CALLER
 
     @property
     def authenticated(self) -> bool:
@@ -143,21 +175,12 @@ class Call:
         transaction that statement begins names the caller first."""
         if self._session is None:
             self._session = self.runtime.sessionmaker()
-            if self.caller is not None:
-                event.listen(self._session.sync_session, "after_begin", self._name_caller)
+            event.listen(self._session.sync_session, "after_begin", self._name_caller)
         return self._session
 
     def _name_caller(self, _: Session, __: SessionTransaction, connection: Connection) -> None:
-        caller = self.caller
-        assert caller is not None
-        connection.execute(
-            _NAME_CALLER,
-            {
-                "tenant": str(caller.tenant_id),
-                "principal": str(caller.principal_id),
-                "actor": str(caller.actor_id) if caller.actor_id else "",
-            },
-        )
+        if self._naming is not None:
+            connection.execute(self._naming_statement(), self._naming)
 
     def chain(self) -> uuid.UUID:
         """The chain the row goes to: the caller's tenant, the tenant a token request proved,
@@ -179,6 +202,8 @@ class Call:
         if self.exempt:
             await self._settle(commit=status < 400)
             return None
+        if status < 400 and began and self.read_only:
+            return await self._grouped(status)
         if status < 400 and began:
             assert session is not None
             return await self._with_the_call(session, status)
@@ -208,6 +233,18 @@ class Call:
             await self._separately(503, "commit-unconfirmed")
             return NOT_CONFIRMED
         return None
+
+    async def _grouped(self, status: int) -> ServiceUnavailable | None:
+        """A read's row, committed with other reads' rows before the answer. The read's own
+        transaction changed nothing; it ends when the call closes, after the answer."""
+        try:
+            self.receipt = await self.runtime.read_audit.append(
+                self.runtime, RowSource.of(self, status, None)
+            )
+            return None
+        except Exception as exc:  # the group failed: try the row on its own
+            _log.error("audit_group_failed", error_type=type(exc).__name__)
+        return None if await self._separately(status, None) else NOT_RECORDED
 
     async def _separately(self, status: int, reason: str | None) -> bool:
         source = RowSource.of(self, status, reason)
@@ -254,26 +291,42 @@ class Call:
             await self._session.close()
 
 
+def _naming_of(
+    tenant: uuid.UUID, principal: uuid.UUID | None, actor: uuid.UUID | None
+) -> dict[str, str]:
+    return {
+        "tenant": str(tenant),
+        "principal": str(principal) if principal else "",
+        "actor": str(actor) if actor else "",
+    }
+
+
 @asynccontextmanager
 async def open_call(
     runtime: Runtime,
     operation: Operation,
     *,
-    caller: Principal,
     token: VerifiedToken,
+    caller: Principal | None = None,
     method: str,
     route: str,
     request_id: str | None = None,
 ) -> AsyncIterator[Call]:
-    """A call outside HTTP's response cycle (an MCP tool, a job): it finishes when the block
-    ends — committed with its audit row when the block returned, rolled back and audited as a
-    denial (a `Problem`) or failure otherwise — before the caller sees any result. A call that
-    cannot be recorded raises `ServiceUnavailable`."""
-    call = Call(runtime, operation.name, method, route, caller=caller, token=token)
+    """A call outside HTTP's response cycle (an MCP tool, a job), authenticated from `token`
+    in its own transaction unless the transport already resolved `caller`. It finishes when
+    the block ends — committed with its audit row when the block returned, rolled back and
+    audited as a denial (a `Problem`) or failure otherwise — before the caller sees any result.
+    A call that cannot be recorded raises `ServiceUnavailable`."""
+    call = Call(runtime, operation.name, method, route)
     if request_id is not None:
         call.request_id = request_id
     try:
         try:
+            if caller is not None:  # authenticated by the transport already
+                call.read_only = operation.read_only
+                call.identify(caller, token)
+            else:
+                await call.enter(token, read_only=operation.read_only)
             yield call
         except Problem as problem:
             if await call.finish(problem.status, problem.slug) is not None:

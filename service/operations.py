@@ -50,6 +50,9 @@ class Operation:
     check: Check | None = None
     takes_input: bool = True
     """False when the operation has no body, query or path input that can fail validation."""
+    read_only: bool = False
+    """The operation changes nothing: its transaction is read-only (a write fails loudly) and
+    its audit row is group-committed with other reads' rows (service/audit/group_commit.py)."""
 
     def __post_init__(self) -> None:
         if self.name in OPERATIONS:
@@ -82,6 +85,7 @@ def operation(
     *problems: type[Problem],
     check: Check | None = None,
     takes_input: bool = True,
+    read_only: bool = False,
 ) -> Operation:
     """Declare an operation (module level, once)."""
-    return Operation(name, operation_id, summary, scope, problems, check, takes_input)
+    return Operation(name, operation_id, summary, scope, problems, check, takes_input, read_only)

@@ -15,6 +15,7 @@ import structlog
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from service.audit.checkpoints import ensure_audit_key, rotate_audit_key, signing_key
+from service.audit.group_commit import ReadAuditQueue
 from service.audit.pseudonyms import Pseudonyms
 from service.auth.issuer import IssuerConfig
 from service.auth.keys import (
@@ -56,12 +57,17 @@ class Runtime:
     """Why the database login could leave the app role; `/readyz` fails while there are any."""
     token_gate: TokenGate
     """Admission to `/oauth/token` (in-flight bound, failed-authentication limits)."""
+    read_audit: ReadAuditQueue
+    """Where read calls' audit rows are group-committed (service/audit/group_commit.py), on a
+    connection of their own: readers wait for it holding theirs, so it must not queue behind
+    them in the call pool."""
     platform_audit_slots: asyncio.Semaphore = field(
         default_factory=lambda: asyncio.Semaphore(PLATFORM_AUDIT_SLOTS)
     )
     """Connections the audit rows of unauthenticated calls may hold at once (service/calls.py)."""
 
     async def close(self) -> None:
+        await self.read_audit.close()
         await self.engine.dispose()
 
     async def rotate_signing_keys(self, owner_url: str) -> str:
@@ -235,6 +241,9 @@ async def build_runtime(
         embedded_keys=embedded_keys,
         pseudonyms=Pseudonyms(kek),
         login_problems=await _checked_login(engine),
+        read_audit=ReadAuditQueue(
+            create_engine(database_url, pool_size=1, role=settings.database.app_role)
+        ),
         token_gate=TokenGate(
             max_in_flight=settings.auth.token_max_in_flight,
             max_in_flight_per_source=settings.auth.token_max_in_flight_per_source,

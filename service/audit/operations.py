@@ -10,7 +10,13 @@ from service.policy.guards import requires_auditor
 from service.problems import BadCursor, Problem
 
 
-def _audit(name: str, operation_id: str, summary: str, *problems: type[Problem]) -> Operation:
+def _audit(
+    name: str,
+    operation_id: str,
+    summary: str,
+    *problems: type[Problem],
+    read_only: bool = False,
+) -> Operation:
     return operation(
         name,
         operation_id,
@@ -19,17 +25,30 @@ def _audit(name: str, operation_id: str, summary: str, *problems: type[Problem])
         AuditorRoleRequired,
         *problems,
         check=requires_auditor,
+        read_only=read_only,
     )
 
 
 EVENTS = _audit(
     "audit.events", "listAuditEvents", "Your tenant's audit events", AuditFilterInvalid, BadCursor
 )
-EXPORT = _audit("audit.export", "exportAuditEvents", "Export audit events as NDJSON")
+EXPORT = _audit(
+    "audit.export", "exportAuditEvents", "Export audit events as NDJSON", read_only=True
+)
 VERIFY = _audit(
-    "audit.verify", "verifyAuditChain", "Verify your tenant's hash chain", AuditFilterInvalid
+    "audit.verify",
+    "verifyAuditChain",
+    "Verify your tenant's hash chain",
+    AuditFilterInvalid,
+    read_only=True,
 )
 CHECKPOINT = _audit(
-    "audit.checkpoint", "getLatestCheckpoint", "The newest signed checkpoint", NoCheckpoint
+    "audit.checkpoint",
+    "getLatestCheckpoint",
+    "The newest signed checkpoint",
+    NoCheckpoint,
+    read_only=True,
 )
-KEYS = _audit("audit.keys", "listAuditKeys", "The public keys that sign audit checkpoints")
+KEYS = _audit(
+    "audit.keys", "listAuditKeys", "The public keys that sign audit checkpoints", read_only=True
+)

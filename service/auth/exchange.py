@@ -26,6 +26,7 @@ from service.auth.resolver import resolve_principal
 from service.auth.scopes import ADMIN_SCOPES
 from service.auth.tokens import TokenRejected, TokenVerifier
 from service.db.models import Delegation
+from service.db.tenancy import name_tenant
 
 TOKEN_EXCHANGE = "urn:ietf:params:oauth:grant-type:token-exchange"  # noqa: S105 (a URN)
 ACCESS_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:access_token"  # noqa: S105 (a URN)
@@ -64,6 +65,7 @@ async def exchange(
         verified = await verifier.verify(form["subject_token"])
         if verified.act is not None:
             return _refuse(400, "invalid_grant", "A delegated token cannot be delegated again.")
+        await name_tenant(session, verified.tenant_id)  # row-level security
         user = await resolve_principal(session, verified)
     except TokenRejected:
         return _refuse(400, "invalid_grant", "The subject_token is not a valid access token.")

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, cast
+from collections.abc import MutableMapping
+from typing import TYPE_CHECKING, Any, cast
 
 import structlog
 from litestar.middleware import AbstractAuthenticationMiddleware, AuthenticationResult
@@ -10,7 +11,8 @@ from litestar.middleware import AbstractAuthenticationMiddleware, Authentication
 from service.auth.guards import AnyConnection
 from service.auth.resolver import resolve_principal
 from service.auth.tokens import TokenRejected
-from service.http.audit import find_call
+from service.db.tenancy import name_tenant
+from service.http.audit import find_call, operation_of
 from service.observability.telemetry import span
 from service.problems import NotAuthenticated
 
@@ -32,15 +34,19 @@ class BearerAuthentication(AbstractAuthenticationMiddleware):
         with span("auth.authenticate"):
             try:
                 verified = await runtime.verifier.verify(token.strip())
-                async with runtime.sessionmaker() as session:
-                    principal = await resolve_principal(session, verified)
+                call = find_call(connection.scope)
+                if call is not None:
+                    operation = operation_of(cast("MutableMapping[str, Any]", connection.scope))
+                    read_only = operation is not None and operation.read_only
+                    principal = await call.enter(verified, read_only=read_only)
+                else:  # only outside the app's call adapter (the app always installs it)
+                    async with runtime.sessionmaker() as session:
+                        await name_tenant(session, verified.tenant_id)
+                        principal = await resolve_principal(session, verified)
             except TokenRejected as exc:
                 raise NotAuthenticated(
                     f"The access token was rejected ({exc}). Get a new token from /oauth/token.",
                 ) from None
-        call = find_call(connection.scope)
-        if call is not None:
-            call.identify(principal, verified)
         structlog.contextvars.bind_contextvars(
             tenant=str(principal.tenant_id),
             principal=str(principal.principal_id),

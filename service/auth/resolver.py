@@ -20,7 +20,6 @@ from service.auth.scopes import ADMIN_SCOPES
 from service.auth.tokens import TokenRejected, VerifiedToken
 from service.db.models import CasbinRule, Client, Delegation
 from service.db.models import Principal as PrincipalRow
-from service.db.tenancy import name_tenant
 from service.policy.rules import EXTERNAL_ADMIN
 
 
@@ -30,9 +29,23 @@ class _Holder:
     may_hold_admin_scopes: bool
 
 
+def claimed_caller(token: VerifiedToken) -> tuple[uuid.UUID, uuid.UUID | None, uuid.UUID | None]:
+    """(tenant, principal, acting agent) as a verified token claims them, before the database
+    proves them: for our own tokens the subject is the principal id (and `act.sub` the agent);
+    an external subject is known only after its mapping is read (None)."""
+    if not token.issuer.embedded:
+        return token.tenant_id, None, None
+    try:
+        principal = uuid.UUID(token.subject)
+        agent = token.act.get("sub") if token.act is not None else None
+        return token.tenant_id, principal, uuid.UUID(str(agent)) if agent is not None else None
+    except ValueError:
+        return token.tenant_id, None, None
+
+
 async def resolve_principal(session: AsyncSession, token: VerifiedToken) -> Principal:
-    # The verified token names the tenant; row-level security shows nothing until it is named.
-    await name_tenant(session, token.tenant_id)
+    """The principal of a verified token, read in `session`, whose transaction must already
+    name the token's tenant (row-level security shows nothing until it is named)."""
     if token.act is not None:
         return await _delegated(session, token)
     if token.issuer.embedded:

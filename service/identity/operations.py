@@ -16,7 +16,13 @@ from service.policy.problems import LastRoleHolder, PolicyAdminRequired
 from service.problems import Problem
 
 
-def _admin(name: str, operation_id: str, summary: str, *problems: type[Problem]) -> Operation:
+def _admin(
+    name: str,
+    operation_id: str,
+    summary: str,
+    *problems: type[Problem],
+    read_only: bool = False,
+) -> Operation:
     """Managing principals and clients is managing access: the scope and role:policy_admin."""
     return operation(
         name,
@@ -26,6 +32,7 @@ def _admin(name: str, operation_id: str, summary: str, *problems: type[Problem])
         PolicyAdminRequired,
         *problems,
         check=requires_policy_admin,
+        read_only=read_only,
     )
 
 
@@ -36,8 +43,12 @@ PRINCIPAL_CREATE = _admin(
     ExternalSubjectTaken,
     ExternalIssuerUntrusted,
 )
-PRINCIPAL_LIST = _admin("principal.list", "listPrincipals", "List the principals of your tenant")
-PRINCIPAL_GET = _admin("principal.get", "getPrincipal", "Get one principal", PrincipalNotFound)
+PRINCIPAL_LIST = _admin(
+    "principal.list", "listPrincipals", "List the principals of your tenant", read_only=True
+)
+PRINCIPAL_GET = _admin(
+    "principal.get", "getPrincipal", "Get one principal", PrincipalNotFound, read_only=True
+)
 ROLE_GRANT = _admin(
     "principal.role.grant", "grantTenantRole", "Grant a tenant role", PrincipalNotFound
 )
@@ -55,8 +66,10 @@ CLIENT_CREATE = _admin(
     PrincipalNotFound,
     ScopeNotAllowed,
 )
-CLIENT_LIST = _admin("client.list", "listClients", "List the clients of your tenant")
-CLIENT_GET = _admin("client.get", "getClient", "Get one client", ClientNotFound)
+CLIENT_LIST = _admin(
+    "client.list", "listClients", "List the clients of your tenant", read_only=True
+)
+CLIENT_GET = _admin("client.get", "getClient", "Get one client", ClientNotFound, read_only=True)
 CLIENT_DISABLE = _admin(
     "client.disable", "disableClient", "Disable a client", ClientNotFound, LastRoleHolder
 )

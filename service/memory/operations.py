@@ -39,6 +39,7 @@ LIST = operation(
     BadCursor,
     SpaceNotFound,
     ReadTooBroad,
+    read_only=True,
 )
 COUNT = operation(
     "memory.count",
@@ -47,6 +48,7 @@ COUNT = operation(
     Scope.READ_MEMORY,
     SpaceNotFound,
     ReadTooBroad,
+    read_only=True,
 )
 SEARCH = operation(
     "memory.search",
@@ -58,6 +60,7 @@ SEARCH = operation(
     SearchTooBroad,
     EmbeddingInvalid,
     EmbeddingFailed,
+    read_only=True,
 )
 GET = operation(
     "memory.get",
@@ -66,6 +69,7 @@ GET = operation(
     Scope.READ_MEMORY,
     MemoryNotFound,
     ReadTooBroad,
+    read_only=True,
 )
 DELETE = operation(
     "memory.delete",

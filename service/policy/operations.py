@@ -21,7 +21,13 @@ from service.problems import Problem
 _ADMIN = (PolicyAdminRequired,)
 
 
-def _managed(name: str, operation_id: str, summary: str, *problems: type[Problem]) -> Operation:
+def _managed(
+    name: str,
+    operation_id: str,
+    summary: str,
+    *problems: type[Problem],
+    read_only: bool = False,
+) -> Operation:
     """Managing policy: the scope and role:policy_admin."""
     return operation(
         name,
@@ -31,11 +37,14 @@ def _managed(name: str, operation_id: str, summary: str, *problems: type[Problem
         *_ADMIN,
         *problems,
         check=requires_policy_admin,
+        read_only=read_only,
     )
 
 
 TEAM_CREATE = _managed("policy.team.create", "createTeam", "Create a team", PolicyNameInvalid)
-TEAM_LIST = _managed("policy.team.list", "listTeams", "List the teams of your tenant")
+TEAM_LIST = _managed(
+    "policy.team.list", "listTeams", "List the teams of your tenant", read_only=True
+)
 TEAM_ADD_MEMBER = _managed(
     "policy.team.add_member",
     "addTeamMember",
@@ -61,7 +70,9 @@ SPACE_CREATE = _managed(
     PolicyNameInvalid,
     PolicyTooDeep,
 )
-SPACE_LIST = _managed("policy.space.list", "listSpaces", "List the spaces of your tenant")
+SPACE_LIST = _managed(
+    "policy.space.list", "listSpaces", "List the spaces of your tenant", read_only=True
+)
 GRANT = _managed(
     "policy.grant",
     "grantSpaceAccess",
@@ -88,6 +99,7 @@ SPACE_ACCESS = operation(
     Scope.READ_POLICY,
     SpaceUnknown,
     PolicyReadSelfOnly,
+    read_only=True,
 )
 ROLE_ADD_MEMBER = _managed(
     "policy.role.add_member",
@@ -125,4 +137,5 @@ PERMISSIONS = operation(
     Scope.READ_POLICY,
     PrincipalNotFound,
     PolicyReadSelfOnly,
+    read_only=True,
 )

@@ -1,0 +1,166 @@
+"""The call as the unit of work (service/calls.py): one pooled connection per call, the caller
+checked and named in the call's own transaction, read-only operations refused any write, and
+reads' audit rows group-committed — durable before the answer, in chain order."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from sqlalchemy import event, text
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from service.auth.tokens import VerifiedToken
+from service.calls import open_call
+from service.memory import operations as memory_ops
+from service.memory.problems import MemoryNotFound
+from tests.fixtures.api import Api
+from tests.integration.audit.support import audit_rows
+
+
+@contextmanager
+def watched(engine: AsyncEngine) -> Iterator[dict[str, Any]]:
+    """Statements and pool checkouts of `engine` while the block runs."""
+    seen: dict[str, Any] = {"statements": [], "checkouts": 0}
+
+    def on_execute(_c: Any, _cur: Any, statement: str, *_: Any) -> None:
+        seen["statements"].append(" ".join(statement.split())[:400])
+
+    def on_checkout(*_: Any) -> None:
+        seen["checkouts"] += 1
+
+    sync = engine.sync_engine
+    event.listen(sync, "before_cursor_execute", on_execute)
+    event.listen(sync.pool, "checkout", on_checkout)
+    try:
+        yield seen
+    finally:
+        event.remove(sync, "before_cursor_execute", on_execute)
+        event.remove(sync.pool, "checkout", on_checkout)
+
+
+async def test_a_search_takes_one_connection_and_names_and_checks_its_caller_in_it(
+    api: Api,
+) -> None:
+    alice = await api.new_agent("alice")
+    await api.remember(alice, value="the billing service is owned by team payments")
+    with watched(api.runtime.engine) as seen, watched(api.runtime.read_audit.engine) as group:
+        response = await api.search(alice, "who owns billing")
+    assert response.status_code == 200, response.text
+    assert [hit["memory"]["value"] for hit in response.json()["hits"]] == [
+        "the billing service is owned by team payments"
+    ]
+    statements = seen["statements"]
+    # One connection of the call pool; the row goes through the group commit's own pool.
+    assert seen["checkouts"] == 1, statements
+    assert statements[0].startswith("SELECT set_config('memgate.tenant_id'"), statements
+    assert "transaction_read_only" in statements[0]
+    assert "FROM principals" in statements[1], statements  # the principal check, same tx
+    assert not any("audit_append" in s for s in statements)
+    assert sum("audit_append" in s for s in group["statements"]) == 1
+
+
+async def test_a_disabled_client_stops_on_its_next_call(api: Api) -> None:
+    alice = await api.new_agent("alice")
+    assert (await api.search(alice, "anything")).status_code == 200
+    disabled = await api.http.post(
+        f"/v1/clients/{alice.client_id}/disable", headers=api.admin.headers
+    )
+    assert disabled.status_code == 200, disabled.text
+    refused = await api.search(alice, "anything")
+    assert refused.status_code == 401
+    assert "rejected" in refused.json()["detail"]
+
+
+async def test_a_read_only_operation_cannot_write(api: Api) -> None:
+    """The database itself refuses: a read operation's transaction is read-only, so a bug that
+    made a read write would fail loudly, never be silently rolled back."""
+    alice = await api.new_agent("alice")
+    verified = await api.runtime.verifier.verify(alice.token)
+    with pytest.raises(DBAPIError, match="read-only transaction"):
+        async with open_call(
+            api.runtime, memory_ops.SEARCH, token=verified, method="POST", route="/t"
+        ) as call:
+            await call.db.execute(text("CREATE TEMP TABLE scratch (x int)"))
+
+
+async def test_concurrent_reads_share_commits_and_every_row_is_durable_before_the_answer(
+    api: Api, owner_engine: AsyncEngine
+) -> None:
+    alice = await api.new_agent("alice")
+    await api.remember(alice, value="deploys happen on tuesdays")
+    queue = api.runtime.read_audit
+    before = len(await audit_rows(owner_engine))
+
+    async def search_then_count() -> tuple[int, str]:
+        response = await api.search(alice, "when are deploys")
+        assert response.status_code == 200, response.text
+        request_id = response.headers["x-request-id"]
+        # The answer arrived: its row must already be committed, seen from another connection.
+        async with owner_engine.connect() as conn:
+            found = await conn.scalar(
+                text("SELECT count(*) FROM audit_events WHERE request_id = :r"),
+                {"r": request_id},
+            )
+        return int(found or 0), request_id
+
+    results = await asyncio.gather(*(search_then_count() for _ in range(24)))
+    assert [found for found, _ in results] == [1] * 24
+    rows = await audit_rows(owner_engine)
+    assert len(rows) == before + 24
+    mine = [row for row in rows if row["tenant_id"] == uuid.UUID(api.tenant_id)]
+    assert [row["seq"] for row in mine] == list(range(1, len(mine) + 1))  # the chain is whole
+    searches = [row for row in mine if row["action"] == "memory.search"]
+    assert len(searches) == 24
+    assert all(row["decision"] == "allow" and row["result_count"] == 1 for row in searches)
+
+    # Calls finishing together share a commit (the in-process test client sends requests one
+    # at a time, so the sharing is shown with calls opened side by side).
+    verified = await api.runtime.verifier.verify(alice.token)
+    flushes_before = queue.flushes
+
+    async def one_read(i: int) -> str:
+        async with open_call(
+            api.runtime, memory_ops.SEARCH, token=verified, method="POST", route="/grouped"
+        ) as call:
+            await call.db.execute(text("SELECT 1"))
+            call.facts.count(i)
+            request_id = call.request_id
+        async with owner_engine.connect() as conn:
+            found = await conn.scalar(
+                text("SELECT result_count FROM audit_events WHERE request_id = :r"),
+                {"r": request_id},
+            )
+        assert found == i  # durable once the call is over
+        return request_id
+
+    grouped = await asyncio.gather(*(one_read(i) for i in range(24)))
+    assert len(set(grouped)) == 24
+    assert queue.flushes - flushes_before < 24  # some rows shared a commit
+
+
+async def test_a_problem_inside_an_open_call_is_audited_as_a_denial(
+    api: Api, owner_engine: AsyncEngine
+) -> None:
+    alice = await api.new_agent("alice")
+    verified: VerifiedToken = await api.runtime.verifier.verify(alice.token)
+
+    async def refused() -> None:
+        async with open_call(
+            api.runtime, memory_ops.WRITE, token=verified, method="POST", route="/t"
+        ) as call:
+            call.facts.count(3)
+            raise MemoryNotFound("no")
+
+    with pytest.raises(MemoryNotFound):
+        await refused()
+    rows = [r for r in await audit_rows(owner_engine) if r["route"] == "/t"]
+    assert [(r["action"], r["decision"], r["status"], r["reason"]) for r in rows] == [
+        ("memory.write", "deny", 404, "memory-not-found")
+    ]
+    assert rows[0]["result_count"] is None
