@@ -27,14 +27,21 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import structlog
-from sqlalchemy import event, text
+from sqlalchemy import event, func, literal_column, select, text, true
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session, SessionTransaction
+from sqlalchemy.sql.selectable import ScalarSelect
 
 from service.audit.rows import PLATFORM_TENANT, RowSource, append_row
 from service.auth.principal import Principal
-from service.auth.resolver import claimed_caller, resolve_principal
+from service.auth.resolver import (
+    Claimed,
+    claimed_caller,
+    entrance_check,
+    principal_from_check,
+    resolve_principal,
+)
 from service.auth.tokens import VerifiedToken
 from service.db.tenancy import name_tenant
 from service.problems import Problem, ServiceUnavailable
@@ -155,11 +162,38 @@ class Call:
         principal mapped from an external subject is named afterwards, once it is known."""
         self.read_only = read_only
         claimed = claimed_caller(token)
+        check = entrance_check(token)
+        if check is not None:
+            return await self._enter_in_one_statement(token, claimed, check)
         self._naming = _naming_of(*claimed)
         principal = await resolve_principal(self.db, token)
         self.identify(principal, token)
         if (principal.principal_id, principal.actor_id) != claimed[1:]:
             await self.db.execute(self._naming_statement(), self._naming)
+        return principal
+
+    async def _enter_in_one_statement(
+        self, token: VerifiedToken, claimed: Claimed, check: ScalarSelect[Any]
+    ) -> Principal:
+        """Our own issuer's tokens: the transaction's first statement names the claimed caller
+        and, in a scalar subquery after the names, checks the principal and client. Should the
+        check ever be evaluated before the names, row-level security would show it no row and
+        the call would be refused (closed, never open)."""
+        naming = _naming_of(*claimed)
+        columns = [
+            func.set_config(literal_column(f"'{name}'"), value, true())
+            for name, value in (
+                ("memgate.tenant_id", naming["tenant"]),
+                ("memgate.principal_id", naming["principal"]),
+                ("memgate.actor_id", naming["actor"]),
+            )
+        ]
+        if self.read_only:
+            columns.append(func.set_config(literal_column("'transaction_read_only'"), "on", true()))
+        self._naming = None  # this statement names the caller, not the begin hook
+        row = (await self.db.execute(select(*columns, check.label("live")))).one()
+        principal = principal_from_check(token, row.live)
+        self.identify(principal, token)
         return principal
 
     def _naming_statement(self) -> Any:

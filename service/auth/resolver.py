@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
+from typing import Any
 
-from sqlalchemy import Text, cast, exists, select
+from sqlalchemy import Select, Text, cast, exists, select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
+from sqlalchemy.sql.selectable import ScalarSelect
 
 from service.auth.principal import Principal
 from service.auth.scopes import ADMIN_SCOPES
@@ -29,7 +31,11 @@ class _Holder:
     may_hold_admin_scopes: bool
 
 
-def claimed_caller(token: VerifiedToken) -> tuple[uuid.UUID, uuid.UUID | None, uuid.UUID | None]:
+Claimed = tuple[uuid.UUID, uuid.UUID | None, uuid.UUID | None]
+"""(tenant, principal, acting agent) as a token claims them."""
+
+
+def claimed_caller(token: VerifiedToken) -> Claimed:
     """(tenant, principal, acting agent) as a verified token claims them, before the database
     proves them: for our own tokens the subject is the principal id (and `act.sub` the agent);
     an external subject is known only after its mapping is read (None)."""
@@ -54,6 +60,10 @@ async def resolve_principal(session: AsyncSession, token: VerifiedToken) -> Prin
         holder = await _external_principal(session, token)
     if holder is None:
         raise TokenRejected("principal or client unknown or disabled")
+    return _principal(token, holder)
+
+
+def _principal(token: VerifiedToken, holder: _Holder) -> Principal:
     scopes = token.scopes if holder.may_hold_admin_scopes else token.scopes - ADMIN_SCOPES
     return Principal(
         tenant_id=token.tenant_id,
@@ -68,10 +78,15 @@ async def resolve_principal(session: AsyncSession, token: VerifiedToken) -> Prin
 
 
 async def _delegated(session: AsyncSession, token: VerifiedToken) -> Principal:
+    return _delegated_principal(token, await session.scalar(_delegation_live(token)))
+
+
+def _delegation_live(token: VerifiedToken) -> Select[uuid.UUID]:
     """A token-exchange token (`sub` = the user, `act.sub` = the agent whose client holds it):
     both enabled, the client the agent's, the client the user's token was issued to still
     enabled (when that token was ours), the user's consent still there. Only our own issuer's
-    delegations count, one level deep, and never with admin scopes."""
+    delegations count, one level deep, and never with admin scopes. The agent's id when all
+    hold, else no row."""
     act = token.act or {}
     if not token.issuer.embedded or "act" in act:
         raise TokenRejected("only one level of delegation from this issuer is accepted")
@@ -116,9 +131,13 @@ async def _delegated(session: AsyncSession, token: VerifiedToken) -> Principal:
             (user_client.tenant_id == Delegation.tenant_id)
             & (user_client.principal_id == Delegation.user_id),
         ).where(user_client.client_id == user_client_id, user_client.disabled_at.is_(None))
-    consented = await session.scalar(statement)
+    return statement
+
+
+def _delegated_principal(token: VerifiedToken, consented: object) -> Principal:
     if consented is None:
         raise TokenRejected("the delegation is unknown, revoked or disabled")
+    user_id, agent_id = uuid.UUID(token.subject), uuid.UUID(str((token.act or {}).get("sub")))
     return Principal(
         tenant_id=token.tenant_id,
         principal_id=user_id,
@@ -146,32 +165,66 @@ def _user_client_of(token: VerifiedToken) -> uuid.UUID | None:
 
 
 async def _embedded_principal(session: AsyncSession, token: VerifiedToken) -> _Holder | None:
+    statement = _embedded_live(token)
+    if statement is None:
+        return None
+    return _embedded_holder(token, await session.scalar(statement))
+
+
+def _embedded_live(token: VerifiedToken) -> Select[bool] | None:
+    """Our own token's principal and client, both enabled, the client the principal's:
+    whether it may hold admin scopes (a user or service with an admin client), else no row."""
     try:
         subject = uuid.UUID(token.subject)
         client_id = uuid.UUID(token.client_id)
     except ValueError:
         return None
-    found = (
-        await session.execute(
-            select(PrincipalRow.id, PrincipalRow.kind, Client.kind)
-            .join(
-                Client,
-                (Client.tenant_id == PrincipalRow.tenant_id)
-                & (Client.principal_id == PrincipalRow.id),
-            )
-            .where(
-                PrincipalRow.tenant_id == token.tenant_id,
-                PrincipalRow.id == subject,
-                PrincipalRow.disabled_at.is_(None),
-                Client.client_id == client_id,
-                Client.disabled_at.is_(None),
-            )
+    return (
+        select((PrincipalRow.kind != "agent") & (Client.kind == "admin"))
+        .join(
+            Client,
+            (Client.tenant_id == PrincipalRow.tenant_id) & (Client.principal_id == PrincipalRow.id),
         )
-    ).one_or_none()
-    if found is None:
+        .where(
+            PrincipalRow.tenant_id == token.tenant_id,
+            PrincipalRow.id == subject,
+            PrincipalRow.disabled_at.is_(None),
+            Client.client_id == client_id,
+            Client.disabled_at.is_(None),
+        )
+    )
+
+
+def _embedded_holder(token: VerifiedToken, may_hold_admin: object) -> _Holder | None:
+    if may_hold_admin is None:
         return None
-    principal_id, principal_kind, client_kind = found
-    return _Holder(principal_id, principal_kind != "agent" and client_kind == "admin")
+    return _Holder(uuid.UUID(token.subject), bool(may_hold_admin))
+
+
+def entrance_check(token: VerifiedToken) -> ScalarSelect[Any] | None:
+    """The check of a token of our own issuer as one scalar subquery, for the call to send in
+    its first statement together with the caller's naming (service/calls.py): non-NULL exactly
+    when the principal, its client (and a delegation) still hold. None when the token's caller
+    must be looked up first (an external subject) or cannot be ours (a malformed subject)."""
+    if not token.issuer.embedded:
+        return None
+    if token.act is not None:
+        try:
+            return _delegation_live(token).scalar_subquery()
+        except TokenRejected:
+            return None
+    statement = _embedded_live(token)
+    return statement.scalar_subquery() if statement is not None else None
+
+
+def principal_from_check(token: VerifiedToken, value: object) -> Principal:
+    """The principal of a token whose `entrance_check` answered `value` (NULL: refused)."""
+    if token.act is not None:
+        return _delegated_principal(token, value)
+    holder = _embedded_holder(token, value)
+    if holder is None:
+        raise TokenRejected("principal or client unknown or disabled")
+    return _principal(token, holder)
 
 
 async def _external_principal(session: AsyncSession, token: VerifiedToken) -> _Holder | None:

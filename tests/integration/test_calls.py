@@ -29,7 +29,7 @@ def watched(engine: AsyncEngine) -> Iterator[dict[str, Any]]:
     seen: dict[str, Any] = {"statements": [], "checkouts": 0}
 
     def on_execute(_c: Any, _cur: Any, statement: str, *_: Any) -> None:
-        seen["statements"].append(" ".join(statement.split())[:400])
+        seen["statements"].append(" ".join(statement.split())[:4000])
 
     def on_checkout(*_: Any) -> None:
         seen["checkouts"] += 1
@@ -58,9 +58,11 @@ async def test_a_search_takes_one_connection_and_names_and_checks_its_caller_in_
     statements = seen["statements"]
     # One connection of the call pool; the row goes through the group commit's own pool.
     assert seen["checkouts"] == 1, statements
-    assert statements[0].startswith("SELECT set_config('memgate.tenant_id'"), statements
-    assert "transaction_read_only" in statements[0]
-    assert "FROM principals" in statements[1], statements  # the principal check, same tx
+    # The first statement names the caller and checks principal and client, in one round trip.
+    first = statements[0]
+    assert first.startswith("SELECT set_config"), statements
+    assert "transaction_read_only" in first and "FROM principals JOIN clients" in first
+    assert not any("FROM principals" in s for s in statements[1:]), statements
     assert not any("audit_append" in s for s in statements)
     assert sum("audit_append" in s for s in group["statements"]) == 1
 
