@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from service.auth.scopes import Scope
 from service.problems import (
@@ -89,3 +89,39 @@ def operation(
 ) -> Operation:
     """Declare an operation (module level, once)."""
     return Operation(name, operation_id, summary, scope, problems, check, takes_input, read_only)
+
+
+class Declare(Protocol):
+    def __call__(
+        self,
+        name: str,
+        operation_id: str,
+        summary: str,
+        *problems: type[Problem],
+        read_only: bool = False,
+    ) -> Operation: ...
+
+
+def family(scope: Scope, *problems: type[Problem], check: Check) -> Declare:
+    """A declarer for operations sharing a scope, a policy check and the problem it raises
+    (managing policy: `manage:policy` and role:policy_admin; reading the audit log)."""
+
+    def declare(
+        name: str,
+        operation_id: str,
+        summary: str,
+        *more: type[Problem],
+        read_only: bool = False,
+    ) -> Operation:
+        return operation(
+            name,
+            operation_id,
+            summary,
+            scope,
+            *problems,
+            *more,
+            check=check,
+            read_only=read_only,
+        )
+
+    return declare

@@ -5,28 +5,12 @@ from __future__ import annotations
 
 from service.audit.problems import AuditFilterInvalid, AuditorRoleRequired, NoCheckpoint
 from service.auth.scopes import Scope
-from service.operations import Operation, operation
+from service.operations import family
 from service.policy.guards import requires_auditor
-from service.problems import BadCursor, Problem
+from service.problems import BadCursor
 
-
-def _audit(
-    name: str,
-    operation_id: str,
-    summary: str,
-    *problems: type[Problem],
-    read_only: bool = False,
-) -> Operation:
-    return operation(
-        name,
-        operation_id,
-        summary,
-        Scope.READ_AUDIT,
-        AuditorRoleRequired,
-        *problems,
-        check=requires_auditor,
-        read_only=read_only,
-    )
+_audit = family(Scope.READ_AUDIT, AuditorRoleRequired, check=requires_auditor)
+"""Reading the audit log: `read:audit` and the auditor role."""
 
 
 EVENTS = _audit(

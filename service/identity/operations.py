@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from service.auth.scopes import Scope
 from service.identity.problems import (
     ClientNotFound,
     ExternalIssuerUntrusted,
@@ -10,67 +9,44 @@ from service.identity.problems import (
     PrincipalNotFound,
     ScopeNotAllowed,
 )
-from service.operations import Operation, operation
-from service.policy.guards import requires_policy_admin
-from service.policy.problems import LastRoleHolder, PolicyAdminRequired
-from service.problems import Problem
+from service.policy.operations import managed
+from service.policy.problems import LastRoleHolder
 
-
-def _admin(
-    name: str,
-    operation_id: str,
-    summary: str,
-    *problems: type[Problem],
-    read_only: bool = False,
-) -> Operation:
-    """Managing principals and clients is managing access: the scope and role:policy_admin."""
-    return operation(
-        name,
-        operation_id,
-        summary,
-        Scope.MANAGE_POLICY,
-        PolicyAdminRequired,
-        *problems,
-        check=requires_policy_admin,
-        read_only=read_only,
-    )
-
-
-PRINCIPAL_CREATE = _admin(
+PRINCIPAL_CREATE = managed(
     "principal.create",
     "createPrincipal",
     "Create a user, agent or service principal",
     ExternalSubjectTaken,
     ExternalIssuerUntrusted,
 )
-PRINCIPAL_LIST = _admin(
+PRINCIPAL_LIST = managed(
     "principal.list", "listPrincipals", "List the principals of your tenant", read_only=True
 )
-PRINCIPAL_GET = _admin(
+PRINCIPAL_GET = managed(
     "principal.get", "getPrincipal", "Get one principal", PrincipalNotFound, read_only=True
 )
-ROLE_GRANT = _admin(
+ROLE_GRANT = managed(
     "principal.role.grant", "grantTenantRole", "Grant a tenant role", PrincipalNotFound
 )
-ROLE_REVOKE = _admin(
+ROLE_REVOKE = managed(
     "principal.role.revoke",
     "revokeTenantRole",
     "Take a tenant role away",
     PrincipalNotFound,
     LastRoleHolder,
 )
-CLIENT_CREATE = _admin(
+CLIENT_CREATE = managed(
     "client.create",
     "createClient",
     "Register an OAuth client",
     PrincipalNotFound,
     ScopeNotAllowed,
 )
-CLIENT_LIST = _admin(
+CLIENT_LIST = managed(
     "client.list", "listClients", "List the clients of your tenant", read_only=True
 )
-CLIENT_GET = _admin("client.get", "getClient", "Get one client", ClientNotFound, read_only=True)
-CLIENT_DISABLE = _admin(
+CLIENT_GET = managed("client.get", "getClient", "Get one client", ClientNotFound, read_only=True)
+CLIENT_DISABLE = managed(
     "client.disable", "disableClient", "Disable a client", ClientNotFound, LastRoleHolder
 )
-CLIENT_ENABLE = _admin("client.enable", "enableClient", "Re-enable a client", ClientNotFound)
+CLIENT_ENABLE = managed("client.enable", "enableClient", "Re-enable a client", ClientNotFound)

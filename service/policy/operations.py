@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from service.auth.scopes import Scope
 from service.identity.problems import PrincipalNotFound
-from service.operations import Operation, operation
+from service.operations import family, operation
 from service.policy.guards import requires_policy_admin
 from service.policy.problems import (
     LastRoleHolder,
@@ -16,36 +16,17 @@ from service.policy.problems import (
     SpaceUnknown,
     TeamNotFound,
 )
-from service.problems import Problem
 
-_ADMIN = (PolicyAdminRequired,)
-
-
-def _managed(
-    name: str,
-    operation_id: str,
-    summary: str,
-    *problems: type[Problem],
-    read_only: bool = False,
-) -> Operation:
-    """Managing policy: the scope and role:policy_admin."""
-    return operation(
-        name,
-        operation_id,
-        summary,
-        Scope.MANAGE_POLICY,
-        *_ADMIN,
-        *problems,
-        check=requires_policy_admin,
-        read_only=read_only,
-    )
+managed = family(Scope.MANAGE_POLICY, PolicyAdminRequired, check=requires_policy_admin)
+"""Managing policy (and principals and clients, which is managing access): the scope and
+role:policy_admin."""
 
 
-TEAM_CREATE = _managed("policy.team.create", "createTeam", "Create a team", PolicyNameInvalid)
-TEAM_LIST = _managed(
+TEAM_CREATE = managed("policy.team.create", "createTeam", "Create a team", PolicyNameInvalid)
+TEAM_LIST = managed(
     "policy.team.list", "listTeams", "List the teams of your tenant", read_only=True
 )
-TEAM_ADD_MEMBER = _managed(
+TEAM_ADD_MEMBER = managed(
     "policy.team.add_member",
     "addTeamMember",
     "Add a principal or team to a team",
@@ -53,7 +34,7 @@ TEAM_ADD_MEMBER = _managed(
     PrincipalNotFound,
     PolicyTooDeep,
 )
-TEAM_REMOVE_MEMBER = _managed(
+TEAM_REMOVE_MEMBER = managed(
     "policy.team.remove_member",
     "removeTeamMember",
     "Remove a principal or team from a team",
@@ -61,7 +42,7 @@ TEAM_REMOVE_MEMBER = _managed(
     PrincipalNotFound,
     LastRoleHolder,
 )
-SPACE_CREATE = _managed(
+SPACE_CREATE = managed(
     "policy.space.create",
     "createSpace",
     "Create a team or tenant-wide space",
@@ -70,10 +51,10 @@ SPACE_CREATE = _managed(
     PolicyNameInvalid,
     PolicyTooDeep,
 )
-SPACE_LIST = _managed(
+SPACE_LIST = managed(
     "policy.space.list", "listSpaces", "List the spaces of your tenant", read_only=True
 )
-GRANT = _managed(
+GRANT = managed(
     "policy.grant",
     "grantSpaceAccess",
     "Grant read, write or delete on a space",
@@ -82,7 +63,7 @@ GRANT = _managed(
     TeamNotFound,
     PersonalSpace,
 )
-REVOKE = _managed(
+REVOKE = managed(
     "policy.revoke",
     "revokeSpaceAccess",
     "Revoke a grant on a space",
@@ -101,13 +82,13 @@ SPACE_ACCESS = operation(
     PolicyReadSelfOnly,
     read_only=True,
 )
-ROLE_ADD_MEMBER = _managed(
+ROLE_ADD_MEMBER = managed(
     "policy.role.add_member",
     "addRoleMember",
     "Give a principal a policy role",
     PrincipalNotFound,
 )
-ROLE_REMOVE_MEMBER = _managed(
+ROLE_REMOVE_MEMBER = managed(
     "policy.role.remove_member",
     "removeRoleMember",
     "Take a policy role from a principal",
