@@ -30,6 +30,8 @@ from service.observability.telemetry import SERVER_REJECTED
 
 T = TypeVar("T")
 _log = structlog.get_logger("memgate.http")
+MAX_HEAD_BYTES = 16 * 1024
+"""h11's default bound on an incomplete head (its receive buffer); httptools gets the same."""
 BACKLOG = 2048
 """uvicorn's default listen backlog, also for the socket `serve --workers` binds itself."""
 
@@ -50,7 +52,34 @@ class CountingH11Protocol(H11Protocol):
 
 
 class CountingHttpToolsProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol; every request its parser rejects is counted and logged."""
+    """uvicorn's httptools protocol; every request its parser rejects is counted and logged,
+    and a head still incomplete beyond MAX_HEAD_BYTES is refused as h11 refuses it (httptools
+    buffers a head without bound: a header line that never ends grew the process's memory)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._in_body = False
+        self._head_bytes = 0
+        """Bytes received since the last message boundary while the head was incomplete."""
+        self._boundaries = 0
+
+    def data_received(self, data: bytes) -> None:
+        boundaries, in_head = self._boundaries, not self._in_body
+        super().data_received(data)
+        if self._boundaries != boundaries:
+            self._head_bytes = 0  # a head completed in this chunk (or a message ended)
+        elif in_head and not self._in_body and not self.transport.is_closing():
+            self._head_bytes += len(data)
+            if self._head_bytes > MAX_HEAD_BYTES:
+                self.send_400_response("Request head too large.")
+
+    def on_headers_complete(self) -> None:
+        self._in_body, self._boundaries = True, self._boundaries + 1
+        super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        self._in_body, self._boundaries = False, self._boundaries + 1
+        super().on_message_complete()
 
     def send_400_response(self, msg: str) -> None:
         # uvicorn answers every HttpParserError here, including an exception raised by its own

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from contextlib import suppress
 from dataclasses import dataclass
 
 import pytest
@@ -124,3 +125,31 @@ async def test_a_well_formed_request_is_not_counted(
     )
     assert answer.startswith(b"HTTP/1.1 401"), answer
     assert _rejected(await _metrics()) == before
+
+
+async def test_a_head_that_never_ends_is_refused_and_counted(
+    server: Listener, span_exporter: InMemorySpanExporter
+) -> None:
+    """A header line that keeps growing (sent in pieces, never ended) is cut off at the head
+    limit and counted, under either parser: httptools itself buffers a head without bound."""
+    before = _rejected(await _metrics())
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    try:
+        writer.write(f"GET /v1/memories HTTP/1.1\r\nHost: 127.0.0.1\r\nX-{CANARY}: ".encode())
+        answer = b""
+        for _ in range(64):  # bounded: 64 x 4 KiB, far above the limit
+            writer.write(b"a" * 4096)
+            await writer.drain()
+            await asyncio.sleep(0.005)
+            with suppress(TimeoutError):
+                answer = await asyncio.wait_for(reader.read(65536), 0.01)
+            if answer:
+                break
+        if not answer:
+            answer = await asyncio.wait_for(reader.read(65536), 5)
+    except ConnectionResetError:
+        answer = b"(reset)"
+    finally:
+        writer.close()
+    assert answer.startswith(b"HTTP/1.1 400"), answer
+    assert _rejected(await _metrics()) == before + 1
