@@ -55,6 +55,14 @@ def _requests_counted(metrics_url: str) -> float:
     )
 
 
+def _all_workers_up(server: Server) -> None:
+    """/readyz answers once one worker accepts; the banner waits for all of them."""
+    deadline = time.monotonic() + 120
+    while b"memgate is ready" not in server.output.read_bytes():
+        assert time.monotonic() < deadline, server.output.read_text()
+        time.sleep(0.2)
+
+
 @pytest.fixture
 def two_workers() -> Iterator[tuple[Server, int]]:
     root = Path(tempfile.mkdtemp(prefix="memgate-cli-"))
@@ -85,6 +93,7 @@ def test_two_workers_both_answer_and_sigterm_stops_them_and_the_database(
 ) -> None:
     server, metrics_port = two_workers
     server.start()
+    _all_workers_up(server)
     assert server.process is not None
     workers = _children(server.process.pid)
     assert len(workers) == 2, workers
@@ -126,3 +135,25 @@ def test_two_workers_both_answer_and_sigterm_stops_them_and_the_database(
     assert "audit_checkpoint_seq_taken" not in output, output
     assert "ERROR" not in output, output
     assert "Traceback" not in output, output
+
+
+def test_a_worker_that_dies_stops_the_serve_and_its_database(
+    two_workers: tuple[Server, int],
+) -> None:
+    """Not a serve limping on with fewer workers than configured: the parent stops the rest
+    and the embedded database and exits 1, for its supervisor to restart it."""
+    server, _ = two_workers
+    server.start()
+    _all_workers_up(server)
+    assert server.process is not None
+    workers = _children(server.process.pid)
+    assert len(workers) == 2, workers
+    postmaster = _postmaster_pid(server.data_dir)
+    assert postmaster is not None
+    os.kill(workers[0], signal.SIGKILL)
+    assert server.wait() == 1
+    assert not any(_alive(pid) for pid in workers), "a worker outlived serve"
+    assert not _alive(postmaster), "the embedded PostgreSQL was left running"
+    output = server.output.read_text()
+    assert "memgate-worker-" in output
+    assert "exited (-9); stopping." in output, output
