@@ -254,8 +254,8 @@ def _serve_workers(settings: Settings, url: str, owner_url: str, started: float,
             return 1
         _print_banner(settings, admin, started, count)
         exited = workers.wait_for_an_exit()
-        # Unasked: fail the whole serve, so a supervisor (systemd, Kubernetes) restarts it
-        # rather than running on with fewer workers than configured.
+        # A worker exited unasked (crash, OOM kill): fail the whole serve, so a supervisor
+        # (systemd, Kubernetes) restarts it rather than it running on with fewer workers.
         print(
             f"memgate serve: {exited.name} exited ({exited.exitcode}); stopping.", file=sys.stderr
         )
