@@ -7,6 +7,7 @@ import asyncio
 import json
 import os
 import signal
+import socket
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -21,12 +22,16 @@ from service.db.session import with_database
 from service.settings import Settings
 
 if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
     from service.runtime import Runtime
 
 T = TypeVar("T")
 ADMIN_CLIENT_FILE = "admin-client.json"
 ADMIN_SECRET_FILE = "admin-client.secret"  # noqa: S105 (a file name, not a secret)
 EMBEDDED_DATABASE = "memgate"
+WORKER_START_SECONDS = 120.0
+"""How long `serve --workers N` waits for every worker to accept (each loads its embedder)."""
 
 
 @dataclass(frozen=True)
@@ -86,12 +91,14 @@ class AdminClient:
     secret_file: Path
 
 
-async def _bootstrap(settings: Settings, runtime: Runtime) -> AdminClient | None:
+async def _bootstrap(
+    settings: Settings, sessionmaker: async_sessionmaker[AsyncSession]
+) -> AdminClient | None:
     """On first start: a default tenant with an admin client; its secret goes to a 0600 file."""
     from service.identity.service import any_tenant, create_tenant
 
     data_dir = settings.database.data_dir
-    async with runtime.sessionmaker.begin() as session:
+    async with sessionmaker.begin() as session:
         if not await any_tenant(session):
             created = await create_tenant(session, "default")
             _write_private(data_dir / ADMIN_SECRET_FILE, created.client_secret + "\n")
@@ -108,9 +115,13 @@ async def _bootstrap(settings: Settings, runtime: Runtime) -> AdminClient | None
     return AdminClient(info["tenant_id"], info["client_id"], data_dir / ADMIN_SECRET_FILE)
 
 
-def _print_banner(settings: Settings, admin: AdminClient | None, started: float) -> None:
+def _print_banner(
+    settings: Settings, admin: AdminClient | None, started: float, workers: int = 1
+) -> None:
     url = settings.server.public_url
     lines = [f"memgate is ready at {url} (started in {time.perf_counter() - started:.1f} s)"]
+    if workers > 1:
+        lines.append(f"  workers:         {workers} processes on one socket")
     if admin is None:
         lines.append("  bootstrap was done elsewhere; use your admin client's credentials.")
     else:
@@ -125,27 +136,37 @@ def _print_banner(settings: Settings, admin: AdminClient | None, started: float)
         ]
     metrics = settings.observability
     if metrics.metrics_port:
-        lines.append(
-            f"  metrics (no token, keep private): http://{metrics.metrics_host}:"
-            f"{metrics.metrics_port}/metrics"
-        )
+        host, first = metrics.metrics_host, metrics.metrics_port
+        urls = " ".join(f"http://{host}:{first + i}/metrics" for i in range(workers))
+        each = " (one per worker, each counts its own requests)" if workers > 1 else ""
+        lines.append(f"  metrics (no token, keep private): {urls}{each}")
     lines.append("  stop with Ctrl-C, SIGTERM or SIGHUP (the embedded database stops with it)")
     print("\n".join(lines), flush=True)
 
 
-async def _serve(settings: Settings, url: str, owner_url: str, started: float) -> None:
+async def _runtime(settings: Settings, url: str, owner_url: str | None) -> Runtime:
+    from service.embeddings import create_embedder
+    from service.runtime import build_runtime
+
+    return await build_runtime(
+        settings, url, create_embedder(settings.embedding), owner_url=owner_url
+    )
+
+
+async def _listen(
+    settings: Settings,
+    runtime: Runtime,
+    on_started: Callable[[], None],
+    sock: socket.socket | None = None,
+) -> None:
+    """Serve the app (on `sock` when given, else on MEMGATE_HOST:MEMGATE_PORT) and the metrics
+    listener until uvicorn is told to stop; `on_started` runs once it accepts connections."""
     import uvicorn
 
     from service.app import create_app
-    from service.embeddings import create_embedder
     from service.http.server import MetricsServer, listener_config
     from service.observability.metrics import create_metrics_app
-    from service.runtime import build_runtime
 
-    # serve migrates as the owner already, so it also makes missing signing keys as the owner.
-    runtime = await build_runtime(
-        settings, url, create_embedder(settings.embedding), owner_url=owner_url
-    )
     observability = settings.observability
     scraping: asyncio.Task[None] | None = None
     metrics = MetricsServer(
@@ -154,11 +175,15 @@ async def _serve(settings: Settings, url: str, owner_url: str, started: float) -
         )
     )
     try:
-        admin = await _bootstrap(settings, runtime)
         if observability.metrics_port:
             scraping = asyncio.create_task(metrics.serve())
         server = uvicorn.Server(
-            listener_config(create_app(runtime), settings.server.host, settings.server.port)
+            listener_config(
+                create_app(runtime),
+                settings.server.host,
+                settings.server.port,
+                parser=settings.server.http_parser,
+            )
         )
 
         # uvicorn stops gracefully on SIGINT and SIGTERM only; SIGHUP (a closed terminal) gets
@@ -170,11 +195,11 @@ async def _serve(settings: Settings, url: str, owner_url: str, started: float) -
 
         outer = signal.signal(signal.SIGHUP, drain)
         try:
-            serving = asyncio.create_task(server.serve())
+            serving = asyncio.create_task(server.serve(sockets=None if sock is None else [sock]))
             while not server.started and not serving.done():  # noqa: ASYNC110 (no event)
                 await asyncio.sleep(0.05)
             if server.started:
-                _print_banner(settings, admin, started)
+                on_started()
             await serving
         finally:
             signal.signal(signal.SIGHUP, outer)
@@ -182,17 +207,76 @@ async def _serve(settings: Settings, url: str, owner_url: str, started: float) -
         if scraping is not None:
             metrics.should_exit = True
             await scraping
+
+
+async def _serve(settings: Settings, url: str, owner_url: str, started: float) -> None:
+    """One process (`--workers 1`): the runtime, bootstrap, the banner and the listeners."""
+    # serve migrates as the owner already, so it also makes missing signing keys as the owner.
+    runtime = await _runtime(settings, url, owner_url)
+    try:
+        admin = await _bootstrap(settings, runtime.sessionmaker)
+        await _listen(settings, runtime, lambda: _print_banner(settings, admin, started))
+    finally:
         await runtime.close()
 
 
-def cmd_serve(settings: Settings) -> int:
+def _serve_workers(settings: Settings, url: str, owner_url: str, started: float, count: int) -> int:
+    """N workers on one socket. The parent makes the keys and the bootstrap admin once, binds
+    the socket, starts the workers, prints the banner once they all accept, and waits; a signal
+    (or one worker's exit) stops them all, then the caller stops the embedded database."""
+    from service.db.session import create_engine, create_sessionmaker
+    from service.http.server import bind
+    from service.http.workers import Workers, serve_worker, worker_settings
+
+    if settings.auth.embedded_issuer:
+        _provision_keys(settings, owner_url)
+    _provision_audit_key(settings, owner_url)
+
+    async def bootstrap() -> AdminClient | None:
+        engine = create_engine(url, pool_size=1, role=settings.database.app_role)
+        try:
+            return await _bootstrap(settings, create_sessionmaker(engine))
+        finally:
+            await engine.dispose()
+
+    admin = asyncio.run(bootstrap())
+    try:
+        sock = bind(settings.server.host, settings.server.port)
+    except OSError as exc:
+        where = f"{settings.server.host}:{settings.server.port}"
+        print(f"memgate serve: cannot listen on {where}: {exc.strerror}", file=sys.stderr)
+        return 1
+    workers = Workers(serve_worker, lambda i: (worker_settings(settings, i), url), sock)
+    try:
+        workers.start(count)
+        if not workers.wait_ready(WORKER_START_SECONDS):
+            print("memgate serve: a worker did not start; stopping.", file=sys.stderr)
+            return 1
+        _print_banner(settings, admin, started, count)
+        exited = workers.wait_for_an_exit()
+        # A worker exited unasked (crash, OOM kill): fail the whole serve, so a supervisor
+        # (systemd, Kubernetes) restarts it rather than it running on with fewer workers.
+        print(
+            f"memgate serve: {exited.name} exited ({exited.exitcode}); stopping.", file=sys.stderr
+        )
+        return 1
+    finally:
+        workers.stop()
+        sock.close()
+
+
+def cmd_serve(settings: Settings, workers: int | None = None) -> int:
+    """`workers`: the `--workers` flag (None: MEMGATE_WORKERS)."""
     from service.db.migrate import upgrade
+    from service.http.server import run_on_uvloop
+    from service.http.workers import connection_budget, worker_count
     from service.observability.logging import configure_logging
     from service.observability.telemetry import configure_telemetry
 
     started = time.perf_counter()
+    requested = settings.server.workers if workers is None else workers
     configure_logging(json_logs=settings.server.json_logs)
-    configure_telemetry(settings.observability)
+    code = 0
     with (
         _stopped_by_signals(),
         suppress(KeyboardInterrupt, Stopped),
@@ -200,12 +284,21 @@ def cmd_serve(settings: Settings) -> int:
     ):
         upgrade(urls.owner)
         app_url = urls.app_login(settings)
-        asyncio.run(_serve(settings, app_url, urls.owner, started))
-    return 0
+        budget = None if requested == 1 else connection_budget(urls.owner)
+        count = worker_count(requested, os.cpu_count() or 1, settings.database.pool_size, budget)
+        if count == 1:
+            configure_telemetry(settings.observability)
+            run_on_uvloop(_serve(settings, app_url, urls.owner, started))
+        else:
+            code = _serve_workers(settings, app_url, urls.owner, started, count)
+    return code
 
 
-class Stopped(Exception):
-    """SIGTERM or SIGHUP arrived: unwind like Ctrl-C, so the embedded database is stopped."""
+class Stopped(BaseException):
+    """SIGTERM or SIGHUP arrived: unwind like Ctrl-C, so the embedded database is stopped.
+    A BaseException, like KeyboardInterrupt: arriving inside code that catches Exception (a
+    worker still configuring its logging, which wraps any Exception in a ValueError) it must
+    unwind, not become that code's error."""
 
 
 @contextmanager
@@ -385,6 +478,16 @@ def cmd_openapi(path: Path) -> int:
     return 0
 
 
+def _worker_flag(raw: str) -> int:
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"not a worker count (0 or more): {raw!r}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     from importlib.metadata import version
 
@@ -404,13 +507,20 @@ def build_parser() -> argparse.ArgumentParser:
         )
         return sub
 
-    command(
+    serve = command(
         commands,
         "serve",
         "start memgate (embedded database unless DATABASE_URL)",
         "Migrates to head, bootstraps a default tenant and admin client on first start, and "
         "serves on MEMGATE_HOST:MEMGATE_PORT. Ctrl-C, SIGTERM or SIGHUP stop it and the "
         "embedded database it started.",
+    )
+    serve.add_argument(
+        "--workers",
+        type=_worker_flag,
+        metavar="N",
+        help="worker processes on the one socket (default MEMGATE_WORKERS, else 0: one per "
+        "core, as many as the database's connections allow); 1: a single process",
     )
     command(commands, "migrate", "run database migrations to head")
     revision = command(commands, "revision", "autogenerate a migration from the models")
@@ -473,7 +583,7 @@ def main(argv: list[str] | None = None) -> int:
 
     settings = Settings.from_env()
     if args.command == "serve":
-        return cmd_serve(settings)
+        return cmd_serve(settings, args.workers)
     if args.command == "migrate":
         return cmd_migrate(settings)
     if args.command == "revision":

@@ -15,6 +15,7 @@ from typing import Any
 import platformdirs
 
 _TRUE = {"1", "true", "yes", "on"}
+HTTP_PARSERS = ("httptools", "h11")
 
 
 def _env(name: str, default: str) -> str:
@@ -71,6 +72,12 @@ class ServerSettings:
     public_url: `MEMGATE_PUBLIC_URL`; the URL clients use, also the embedded issuer (`iss`).
     max_body_bytes: `MEMGATE_MAX_BODY_BYTES`; larger request bodies answer 413.
     json_logs: `MEMGATE_JSON_LOGS`; JSON lines (production) instead of console rendering (dev).
+    workers: `MEMGATE_WORKERS` (or `memgate serve --workers N`); worker processes serving the
+        one socket, each with its own database pool, verifier and embedder. 0 (the default):
+        one per core, lowered to what the database's connections allow; 1: one process, no
+        workers (docs/architecture.md, "Serving").
+    http_parser: `MEMGATE_HTTP_PARSER`; `httptools` (the default, the faster C parser) or `h11`
+        (pure Python). Both count what they reject (service/http/server.py).
     """
 
     host: str = "127.0.0.1"
@@ -78,6 +85,14 @@ class ServerSettings:
     public_url: str = "http://127.0.0.1:8080"
     max_body_bytes: int = 1_048_576
     json_logs: bool = False
+    workers: int = 0
+    http_parser: str = "httptools"
+
+    def __post_init__(self) -> None:
+        if self.workers < 0:
+            raise ValueError("MEMGATE_WORKERS may not be negative (0: one per core)")
+        if self.http_parser not in HTTP_PARSERS:
+            raise ValueError("MEMGATE_HTTP_PARSER must be httptools or h11")
 
     @classmethod
     def from_env(cls) -> ServerSettings:
@@ -89,6 +104,8 @@ class ServerSettings:
             public_url=_env("MEMGATE_PUBLIC_URL", f"http://{host}:{port}").rstrip("/"),
             max_body_bytes=_env_int("MEMGATE_MAX_BODY_BYTES", 1_048_576),
             json_logs=_env_bool("MEMGATE_JSON_LOGS", False),
+            workers=_env_int("MEMGATE_WORKERS", 0),
+            http_parser=_env("MEMGATE_HTTP_PARSER", "httptools").strip().lower() or "httptools",
         )
 
 

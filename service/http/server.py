@@ -4,53 +4,138 @@ scrape — and what the HTTP parser refuses before the app.
 A request uvicorn cannot parse (a bad request line, a bad header line, a target that is not
 ASCII, headers too large) is answered 400 by the server and never reaches the ASGI app: the audit
 recorder cannot see it, so it leaves no audit row. It is counted here instead
-(`memgate.http.server.rejected`) and logged as one content-free line: the bytes are attacker
-text, so neither the metric nor the log carries any of them.
+(`memgate.http.server.rejected`, labelled with the parser) and logged as one content-free line:
+the bytes are attacker text, so neither the metric nor the log carries any of them.
+
+Both of uvicorn's HTTP/1.1 protocols answer every parse failure through `send_400_response`, so
+one override per protocol counts them all: httptools (the default, C) and h11 (pure Python,
+`MEMGATE_HTTP_PARSER=h11`). The event loop is uvloop.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import asyncio
+import socket
+from collections.abc import Coroutine, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import structlog
 import uvicorn
+import uvloop
 from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from service.observability.telemetry import SERVER_REJECTED
 
+T = TypeVar("T")
 _log = structlog.get_logger("memgate.http")
-SERVER = "h11"
+MAX_HEAD_BYTES = 16 * 1024
+"""h11's default bound on an incomplete head (its receive buffer); httptools gets the same."""
+BACKLOG = 2048
+"""uvicorn's default listen backlog, also for the socket `serve --workers` binds itself."""
+
+
+def _count_rejection(server: str) -> None:
+    # Called with uvicorn's fixed message only; nothing of the request is passed on.
+    SERVER_REJECTED.add(1, {"memgate.http.server": server})
+    _log.warning("http_request_rejected_by_server", status=400, server=server)
 
 
 class CountingH11Protocol(H11Protocol):
-    """uvicorn's h11 protocol; every request its parser rejects is counted and logged.
-
-    Pinned rather than uvicorn's "auto" choice: with httptools installed, auto would switch to a
-    parser whose rejections this class does not see."""
+    """uvicorn's h11 protocol; every request its parser rejects is counted and logged."""
 
     def send_400_response(self, msg: str) -> None:
-        # uvicorn answers every parse failure through here (msg is its fixed text, no input).
-        SERVER_REJECTED.add(1, {"memgate.http.server": SERVER})
-        _log.warning("http_request_rejected_by_server", status=400, server=SERVER)
+        # uvicorn answers every h11 RemoteProtocolError through here.
+        _count_rejection("h11")
         super().send_400_response(msg)
 
 
-def listener_config(app: Any, host: str, port: int) -> uvicorn.Config:
-    """How every memgate listener runs (tests start the same one on loopback): our access log
-    instead of uvicorn's, parser rejections counted, and no `server: uvicorn` header (naming
+class CountingHttpToolsProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol; every request its parser rejects is counted and logged,
+    and a head still incomplete beyond MAX_HEAD_BYTES is refused as h11 refuses it (httptools
+    buffers a head without bound: a header line that never ends grew the process's memory)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._in_body = False
+        self._head_bytes = 0
+        """Bytes received since the last message boundary while the head was incomplete."""
+        self._boundaries = 0
+
+    def data_received(self, data: bytes) -> None:
+        boundaries, in_head = self._boundaries, not self._in_body
+        super().data_received(data)
+        if self._boundaries != boundaries:
+            self._head_bytes = 0  # a head completed in this chunk (or a message ended)
+        elif in_head and not self._in_body and not self.transport.is_closing():
+            self._head_bytes += len(data)
+            if self._head_bytes > MAX_HEAD_BYTES:
+                self.send_400_response("Request head too large.")
+
+    def on_headers_complete(self) -> None:
+        self._in_body, self._boundaries = True, self._boundaries + 1
+        super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        self._in_body, self._boundaries = False, self._boundaries + 1
+        super().on_message_complete()
+
+    def send_400_response(self, msg: str) -> None:
+        # uvicorn answers every HttpParserError here, including an exception raised by its own
+        # callbacks while parsing (a non-ASCII target fails to decode in on_headers_complete,
+        # which httptools raises as HttpParserCallbackError, an HttpParserError).
+        _count_rejection("httptools")
+        super().send_400_response(msg)
+
+
+PROTOCOLS: dict[str, type[H11Protocol] | type[HttpToolsProtocol]] = {
+    "httptools": CountingHttpToolsProtocol,
+    "h11": CountingH11Protocol,
+}
+"""Pinned rather than uvicorn's "auto" choice, which would pick a parser nothing counts."""
+
+
+def listener_config(app: Any, host: str, port: int, *, parser: str = "httptools") -> uvicorn.Config:
+    """How every memgate listener runs (tests start the same one on loopback): uvloop, our access
+    log instead of uvicorn's, parser rejections counted, and no `server: uvicorn` header (naming
     the software, and so its known bugs, helps only an attacker)."""
     return uvicorn.Config(
         app,
         host=host,
         port=port,
-        http=CountingH11Protocol,
+        loop="uvloop",
+        http=PROTOCOLS[parser],
         log_config=None,
         access_log=False,
         server_header=False,
         lifespan="on",
+        backlog=BACKLOG,
     )
+
+
+def run_on_uvloop(main: Coroutine[Any, Any, T]) -> T:
+    """Run `serve`'s coroutine on uvloop. `Config(loop="uvloop")` alone takes effect only in
+    `uvicorn.run`/`Server.run`, which make their own loop; `serve` runs its own."""
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(main)
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """The public socket `serve --workers N` binds once, before any worker starts: a port that
+    is taken fails here, in the parent, and every worker accepts on the same socket (no
+    SO_REUSEPORT, so no other process of this user can bind the port alongside them)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(BACKLOG)
+        sock.set_inheritable(True)
+    except OSError:
+        sock.close()
+        raise
+    return sock
 
 
 class MetricsServer(uvicorn.Server):

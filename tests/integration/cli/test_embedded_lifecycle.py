@@ -55,6 +55,7 @@ class Server:
     port: int
     env: dict[str, str]
     process: subprocess.Popen[str] | None = None
+    serve_args: tuple[str, ...] = ()
     output: Path = field(init=False)
 
     def __post_init__(self) -> None:
@@ -66,7 +67,7 @@ class Server:
 
     def start(self) -> None:
         self.process = subprocess.Popen(  # noqa: S603 (our own CLI)
-            [*MEMGATE, "serve"],
+            [*MEMGATE, "serve", *self.serve_args],
             env=self.env,
             stdout=self.output.open("w"),
             stderr=subprocess.STDOUT,

@@ -1,11 +1,14 @@
 """Review item 23: requests the HTTP server's parser refuses never reach the app, so they leave
 no audit row. They are counted (a metric) and logged without content, through a real uvicorn
-on loopback spoken to with a raw socket."""
+on loopback spoken to with a raw socket, under both parsers `serve` can run (httptools, the
+default, and h11)."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from contextlib import suppress
+from dataclasses import dataclass
 
 import pytest
 from litestar.testing import AsyncTestClient
@@ -15,7 +18,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from service.app import create_app
-from service.http.server import listener_config
+from service.http.server import PROTOCOLS, listener_config
 from service.observability.metrics import create_metrics_app
 from service.runtime import Runtime
 from service.settings import Settings
@@ -33,11 +36,19 @@ MALFORMED = [
 ]
 
 
-@pytest.fixture
-async def server(runtime: Runtime, settings: Settings) -> AsyncIterator[int]:
+@dataclass(frozen=True)
+class Listener:
+    port: int
+    parser: str
+
+
+@pytest.fixture(params=sorted(PROTOCOLS))
+async def server(
+    runtime: Runtime, settings: Settings, request: pytest.FixtureRequest
+) -> AsyncIterator[Listener]:
     import uvicorn
 
-    config = listener_config(create_app(runtime), "127.0.0.1", 0)
+    config = listener_config(create_app(runtime), "127.0.0.1", 0, parser=request.param)
     served = uvicorn.Server(config)
     task = asyncio.create_task(served.serve())
     for _ in range(200):  # bounded: 10 s
@@ -47,7 +58,7 @@ async def server(runtime: Runtime, settings: Settings) -> AsyncIterator[int]:
     assert served.started, "uvicorn did not start"
     port = int(served.servers[0].sockets[0].getsockname()[1])
     try:
-        yield port
+        yield Listener(port, request.param)
     finally:
         served.should_exit = True
         await asyncio.wait_for(task, 10)
@@ -87,13 +98,13 @@ async def _metrics() -> str:
 
 
 async def test_parser_rejections_are_counted_and_logged_without_content(
-    server: int, owner_engine: AsyncEngine, span_exporter: InMemorySpanExporter
+    server: Listener, owner_engine: AsyncEngine, span_exporter: InMemorySpanExporter
 ) -> None:
     before = _rejected(await _metrics())
     rows_before = await _audit_rows(owner_engine)
     with captured_logs() as events:
         for request in MALFORMED:
-            answer = await _raw(server, request)
+            answer = await _raw(server.port, request)
             assert answer.startswith(b"HTTP/1.1 400"), answer
     assert _rejected(await _metrics()) == before + len(MALFORMED)
     # They never reached the app: no audit row (that is the limit docs/audit.md states).
@@ -102,14 +113,43 @@ async def test_parser_rejections_are_counted_and_logged_without_content(
     assert len(rejected) == len(MALFORMED)
     assert CANARY not in repr(events)
     assert all(set(e) <= {"event", "log_level", "status", "server"} for e in rejected), rejected
+    assert {e["server"] for e in rejected} == {server.parser}
 
 
 async def test_a_well_formed_request_is_not_counted(
-    server: int, span_exporter: InMemorySpanExporter
+    server: Listener, span_exporter: InMemorySpanExporter
 ) -> None:
     before = _rejected(await _metrics())
     answer = await _raw(
-        server, b"GET /v1/memories HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+        server.port, b"GET /v1/memories HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
     )
     assert answer.startswith(b"HTTP/1.1 401"), answer
     assert _rejected(await _metrics()) == before
+
+
+async def test_a_head_that_never_ends_is_refused_and_counted(
+    server: Listener, span_exporter: InMemorySpanExporter
+) -> None:
+    """A header line that keeps growing (sent in pieces, never ended) is cut off at the head
+    limit and counted, under either parser: httptools itself buffers a head without bound."""
+    before = _rejected(await _metrics())
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    try:
+        writer.write(f"GET /v1/memories HTTP/1.1\r\nHost: 127.0.0.1\r\nX-{CANARY}: ".encode())
+        answer = b""
+        for _ in range(64):  # bounded: 64 x 4 KiB, far above the limit
+            writer.write(b"a" * 4096)
+            await writer.drain()
+            await asyncio.sleep(0.005)
+            with suppress(TimeoutError):
+                answer = await asyncio.wait_for(reader.read(65536), 0.01)
+            if answer:
+                break
+        if not answer:
+            answer = await asyncio.wait_for(reader.read(65536), 5)
+    except ConnectionResetError:
+        answer = b"(reset)"
+    finally:
+        writer.close()
+    assert answer.startswith(b"HTTP/1.1 400"), answer
+    assert _rejected(await _metrics()) == before + 1
