@@ -15,7 +15,7 @@ import structlog
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from service.audit.checkpoints import ensure_audit_key, rotate_audit_key, signing_key
-from service.audit.group_commit import ReadAuditQueue
+from service.audit.group_commit import GROUP_COMMIT_POOL_SIZE, ReadAuditQueue
 from service.audit.pseudonyms import Pseudonyms
 from service.auth.issuer import IssuerConfig
 from service.auth.keys import (
@@ -242,7 +242,11 @@ async def build_runtime(
         pseudonyms=Pseudonyms(kek),
         login_problems=await _checked_login(engine),
         read_audit=ReadAuditQueue(
-            create_engine(database_url, pool_size=1, role=settings.database.app_role)
+            create_engine(
+                database_url,
+                pool_size=GROUP_COMMIT_POOL_SIZE,
+                role=settings.database.app_role,
+            )
         ),
         token_gate=TokenGate(
             max_in_flight=settings.auth.token_max_in_flight,

@@ -27,6 +27,8 @@ from service.db.tenancy import name_tenant
 if TYPE_CHECKING:
     from service.runtime import Runtime
 
+GROUP_COMMIT_POOL_SIZE = 1
+"""The group's own pool: one flush runs at a time (its overflow covers a reconnect)."""
 MAX_BATCH = 256
 """Rows per transaction at most: bounds how long one flush holds a chain's lock."""
 

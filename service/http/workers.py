@@ -25,11 +25,14 @@ from typing import Any
 import psycopg
 import structlog
 
+from service.audit.group_commit import GROUP_COMMIT_POOL_SIZE
 from service.settings import Settings
 
 _log = structlog.get_logger("memgate.serve")
 CONNECTIONS_PER_WORKER_FACTOR = 2
 """A worker's pool holds up to `2 * MEMGATE_DB_POOL_SIZE` (pool plus overflow, db/session.py)."""
+GROUP_COMMIT_CONNECTIONS = 2 * GROUP_COMMIT_POOL_SIZE
+"""Plus the pool of its reads' audit group commit (service/audit/group_commit.py)."""
 SPARE_CONNECTIONS = 5
 """Left free for the other `memgate` commands run beside a serve (migrate, token, checkpoint)."""
 STOP_SECONDS = 30.0
@@ -57,11 +60,15 @@ def connection_budget(owner_url: str) -> int | None:
     return None if row is None else int(row[0]) + 1  # this check's own connection closes
 
 
+def connections_per_worker(pool_size: int) -> int:
+    return CONNECTIONS_PER_WORKER_FACTOR * pool_size + GROUP_COMMIT_CONNECTIONS
+
+
 def worker_count(requested: int, cores: int, pool_size: int, budget: int | None) -> int:
     """How many workers to start. `requested` 0 means one per core, lowered to what `budget`
     connections hold (at least one); an explicit count that does not fit is refused, naming the
     settings that fix it."""
-    per_worker = CONNECTIONS_PER_WORKER_FACTOR * pool_size
+    per_worker = connections_per_worker(pool_size)
     fits = None if budget is None else max(0, budget - SPARE_CONNECTIONS) // per_worker
     if requested == 0:
         return max(1, cores if fits is None else min(cores, fits))

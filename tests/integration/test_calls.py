@@ -61,7 +61,8 @@ async def test_a_search_takes_one_connection_and_names_and_checks_its_caller_in_
     # The first statement names the caller and checks principal and client, in one round trip.
     first = statements[0]
     assert first.startswith("SELECT set_config"), statements
-    assert "transaction_read_only" in first and "FROM principals JOIN clients" in first
+    assert "transaction_read_only" in first
+    assert "FROM principals JOIN clients" in first
     assert not any("FROM principals" in s for s in statements[1:]), statements
     assert not any("audit_append" in s for s in statements)
     assert sum("audit_append" in s for s in group["statements"]) == 1

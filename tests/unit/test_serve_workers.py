@@ -7,9 +7,9 @@ import pytest
 
 from service.__main__ import build_parser
 from service.http.workers import (
-    CONNECTIONS_PER_WORKER_FACTOR,
     SPARE_CONNECTIONS,
     WorkersDoNotFit,
+    connections_per_worker,
     worker_count,
     worker_settings,
 )
@@ -57,7 +57,7 @@ def test_bad_server_settings_are_refused(
 
 
 def _budget_for(workers: int, pool_size: int) -> int:
-    return workers * CONNECTIONS_PER_WORKER_FACTOR * pool_size + SPARE_CONNECTIONS
+    return workers * connections_per_worker(pool_size) + SPARE_CONNECTIONS
 
 
 def test_one_per_core_by_default_lowered_to_what_the_connections_hold() -> None:
@@ -77,7 +77,7 @@ def test_an_explicit_count_is_kept_or_refused_never_lowered() -> None:
         worker_count(4, cores=8, pool_size=10, budget=_budget_for(3, 10))
     message = str(refused.value)
     assert "4 workers" in message
-    assert "80 database connections" in message
+    assert "88 database connections" in message  # 4 × (2 × 10 + 2 for the group commit)
     assert "MEMGATE_WORKERS" in message
     assert "MEMGATE_DB_POOL_SIZE" in message
 
