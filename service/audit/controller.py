@@ -21,9 +21,10 @@ from service.auth.scopes import Scope
 from service.auth.tokens import VerifiedToken
 from service.http.deps import Db, Rt
 from service.http.params import parse_id
+from service.policy.guards import requires_auditor
 
 AuthedRequest = Request[Principal, VerifiedToken, State]
-_AUDIT = [requires(Scope.READ_AUDIT)]
+_AUDIT = [requires(Scope.READ_AUDIT), requires_auditor]
 ACTION_PATTERN = r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$"
 HASH_PATTERN = r"^[0-9a-f]{64}$"
 
@@ -31,9 +32,8 @@ Seq = Annotated[int, QueryParameter(ge=1, le=2**62)]
 
 
 async def _auditor(request: AuthedRequest, db: Db, runtime: Rt) -> AuditService:
-    service = AuditService(db, runtime.pseudonyms, request.user)
-    await service.require_auditor()
-    return service
+    """The guards have checked the scope and the auditor role."""
+    return AuditService(db, runtime.pseudonyms, request.user)
 
 
 class AuditController(Controller):
