@@ -5,16 +5,19 @@ its last auditor, however the role reaches it."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+import httpx
 from sqlalchemy import event, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from service.db.session import create_sessionmaker
 from service.policy.compile import lock_policy, recompile
+from tests.conftest import PUBLIC_URL
 from tests.fixtures.api import Agent, Api
 from tests.integration.memory.support import assert_problem
 
@@ -207,3 +210,54 @@ async def test_an_admin_or_audit_call_checks_its_role_with_one_lookup(api: Api) 
         assert "principal_roles" in lookup, lookup
         assert "RECURSIVE" not in lookup.upper()
         assert not any("RECURSIVE" in sql.upper() for sql in seen), path
+
+
+async def test_two_auditors_removing_each_other_at_once_leave_one(
+    api: Api, owner_engine: AsyncEngine
+) -> None:
+    """Both removals pass the guards before the tenant's policy lock; under it the second one
+    sees the first committed and is refused 409, so the log keeps a reader (the race
+    security.md said had no test of its own)."""
+    every_admin_scope = ["manage:policy", "read:audit", "manage:erasure", "run:jobs"]
+    transport = httpx.ASGITransport(app=api.http.app)
+    owner_role = f"/v1/principals/{api.admin.principal_id}/roles/auditor"
+    for round_ in range(3):
+        auditors = []
+        for n in range(2):
+            principal = await api.new_principal(f"auditor{round_}-{n}")
+            client = await api.new_client(
+                principal["id"], [*every_admin_scope, "manage:tenant"], kind="admin"
+            )
+            token = await api.access_token(client["client"]["client_id"], client["client_secret"])
+            for path in (
+                f"/v1/roles/policy_admin/members/{principal['id']}",
+                f"/v1/principals/{principal['id']}/roles/auditor",
+            ):
+                assert (await api.http.put(path, headers=api.admin.headers)).status_code == 200
+            auditors.append((principal["id"], {"Authorization": f"Bearer {token}"}))
+        (first, first_headers), (second, second_headers) = auditors
+        assert (await api.http.delete(owner_role, headers=api.admin.headers)).status_code == 204
+        async with httpx.AsyncClient(transport=transport, base_url=PUBLIC_URL) as http:
+            answers = await asyncio.gather(
+                http.delete(f"/v1/principals/{second}/roles/auditor", headers=first_headers),
+                http.delete(f"/v1/principals/{first}/roles/auditor", headers=second_headers),
+            )
+        assert sorted(a.status_code for a in answers) == [204, 409], [a.text for a in answers]
+        refused = next(a for a in answers if a.status_code == 409)
+        assert refused.json()["type"].endswith("/last-role-holder")
+        holders = await _rows(
+            owner_engine,
+            "SELECT principal_id::text FROM principal_roles "
+            "WHERE tenant_id = CAST(:t AS uuid) AND role = 'role:auditor'",
+            t=api.tenant_id,
+        )
+        assert len(holders) == 1, holders
+        [(survivor,)] = holders
+        assert survivor in {first, second}
+        headers = first_headers if survivor == first else second_headers
+        assert (await api.http.put(owner_role, headers=headers)).status_code == 200
+        # Only the owner audits again when the next round starts.
+        gone = await api.http.delete(
+            f"/v1/principals/{survivor}/roles/auditor", headers=api.admin.headers
+        )
+        assert gone.status_code == 204, gone.text
