@@ -12,11 +12,11 @@ from typing import Any, TypeVar, cast
 
 import msgspec
 from joserfc.jwk import KeySet
-from sqlalchemy import Select, exists, select
+from sqlalchemy import Select, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.audit.checkpoints import key_set, public_keys, signs, verify_signature
-from service.audit.problems import AuditFilterInvalid, AuditorRoleRequired, NoCheckpoint
+from service.audit.problems import AuditFilterInvalid, NoCheckpoint
 from service.audit.pseudonyms import Pseudonyms
 from service.audit.schemas import (
     AuditEventOut,
@@ -35,11 +35,9 @@ from service.db.models import (
     AuditEvent,
     AuditHead,
     AuditSigningKey,
-    RoleAssignment,
 )
 from service.problems import BadCursor
 
-AUDITOR = "auditor"
 MAX_PAGE = 200
 DEFAULT_PAGE = 50
 MAX_EXPORT = 50_000
@@ -129,22 +127,6 @@ class AuditService:
         self.pseudonyms = pseudonyms
         self.tenant_id = principal.tenant_id
         self.principal = principal
-
-    async def require_auditor(self) -> None:
-        granted = await self.session.scalar(
-            select(
-                exists().where(
-                    RoleAssignment.tenant_id == self.tenant_id,
-                    RoleAssignment.principal_id == self.principal.principal_id,
-                    RoleAssignment.role == AUDITOR,
-                )
-            )
-        )
-        if not granted:
-            raise AuditorRoleRequired(
-                "Reading the audit log needs the auditor role as well as 'read:audit'. An admin "
-                "grants it with PUT /v1/principals/{principal_id}/roles/auditor."
-            )
 
     async def page(self, filters: AuditFilters, cursor: str | None, limit: int | None) -> AuditPage:
         size = _page_size(limit)

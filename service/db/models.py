@@ -263,27 +263,6 @@ __all__ = [
 ]
 
 
-class RoleAssignment(Base):
-    """Tenant roles outside the data plane. `auditor` lets a principal read and verify the audit
-    log (together with the `read:audit` scope)."""
-
-    __tablename__ = "role_assignments"
-    __table_args__ = (
-        PrimaryKeyConstraint("tenant_id", "principal_id", "role"),
-        ForeignKeyConstraint(
-            ["tenant_id", "principal_id"],
-            ["principals.tenant_id", "principals.id"],
-            ondelete="CASCADE",
-        ),
-        CheckConstraint("role IN ('auditor')", name="role"),
-    )
-
-    tenant_id: Mapped[uuid.UUID] = mapped_column(UUID)
-    principal_id: Mapped[uuid.UUID] = mapped_column(UUID)
-    role: Mapped[str] = mapped_column(Text)
-    created_at: Mapped[datetime] = _now()
-
-
 class AuditEvent(Base):
     """One row per call, appended only through the `audit_append()` function (see the migration
     `audit_log`): it takes the tenant's lock, numbers the row and chains its hash. Monthly range

@@ -12,8 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Protocol
 
-from sqlalchemy import delete, select
-from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -22,7 +21,7 @@ from service.auth.principal import Principal as Caller
 from service.auth.scopes import ADMIN_SCOPES, ALL_SCOPES, Scope
 from service.calls import Facts
 from service.db.base import uuid7
-from service.db.models import Client, Principal, RoleAssignment, Space, Tenant
+from service.db.models import Client, Principal, Space, Tenant
 from service.db.tenancy import name_tenant
 from service.identity.problems import (
     ClientNotFound,
@@ -41,7 +40,7 @@ from service.identity.schemas import (
     RoleGrant,
 )
 from service.policy.compile import add_own_grants, lock_policy, recompile
-from service.policy.powers import auditor_count, working_policy_admins
+from service.policy.powers import working_policy_admins
 from service.policy.problems import LastRoleHolder
 from service.policy.rules import add_rules, personal_space_rules, principal_name
 from service.policy.seed import bootstrap_rules
@@ -140,11 +139,11 @@ class IdentityService:
             raise PrincipalNotFound(f"No principal {principal_id} in your tenant.")
         return _principal_out(row, await self._personal_space(row.id))
 
-    async def grant_role(
-        self, caller: CallerScopes, principal_id: uuid.UUID, role: Role
-    ) -> RoleGrant:
-        """Idempotent: granting a role the principal holds changes nothing. Nobody hands out a
-        power they lack: the auditor role takes a caller holding `read:audit`."""
+    async def grant_role(self, caller: Caller, principal_id: uuid.UUID, role: Role) -> RoleGrant:
+        """Idempotent: granting a role the principal holds changes nothing but the policy
+        version. Nobody hands out a power they lack: the auditor role takes a caller holding
+        `read:audit`. The role is a Casbin line (`g, <principal>, role:auditor`), compiled and
+        versioned like every membership, under the tenant's policy lock."""
         if await self._session.get(Principal, (self._tenant_id, principal_id)) is None:
             raise PrincipalNotFound(f"No principal {principal_id} in your tenant.")
         if _ROLE_SCOPES[role] not in caller.scopes:
@@ -153,40 +152,19 @@ class IdentityService:
                 "with: nobody hands out more than they have.",
                 required_scope=_ROLE_SCOPES[role],
             )
-        await self._session.execute(
-            insert(RoleAssignment)
-            .values(tenant_id=self._tenant_id, principal_id=principal_id, role=role)
-            .on_conflict_do_nothing()
-        )
+        await self._policy(caller).set_tenant_role(principal_id, role, member=True)
         return RoleGrant(principal_id=principal_id, role=role)
 
     async def revoke_role(self, caller: Caller, principal_id: uuid.UUID, role: Role) -> None:
         """Idempotent too; an unknown principal answers 404 like everywhere else. Nobody takes
         the role from a principal whose admin powers exceed their own, and the tenant's last
-        auditor keeps it (nobody could read the audit log any more)."""
+        auditor keeps it (nobody could read the audit log any more). The tenant's policy lock
+        serialises concurrent removals, so two of them cannot each see another auditor left
+        and together remove the last two; the caller's admin grant and credentials are checked
+        again under it."""
         if await self._session.get(Principal, (self._tenant_id, principal_id)) is None:
             raise PrincipalNotFound(f"No principal {principal_id} in your tenant.")
-        # The tenant's policy lock serialises concurrent removals, so two of them cannot each
-        # see another auditor left and together remove the last two. The route guard ran
-        # before the lock; a concurrent change may have taken the caller's admin grant or
-        # disabled its client since (the same re-check every policy change makes).
-        policy = self._policy(caller)
-        await policy.lock_and_recheck()
-        await policy.require_not_outranked(principal_id)
-        removed = await self._session.scalar(
-            delete(RoleAssignment)
-            .where(
-                RoleAssignment.tenant_id == self._tenant_id,
-                RoleAssignment.principal_id == principal_id,
-                RoleAssignment.role == role,
-            )
-            .returning(RoleAssignment.role)
-        )
-        if removed is not None and not await auditor_count(self._session, self._tenant_id):
-            raise LastRoleHolder(
-                f"Principal {principal_id} is your tenant's last {role}; nothing was changed. "
-                f"Grant the {role} role to someone else first."
-            )
+        await self._policy(caller).set_tenant_role(principal_id, role, member=False)
 
     async def list_principals(self) -> list[PrincipalOut]:
         rows = await self._session.execute(
@@ -394,7 +372,7 @@ async def create_tenant(session: AsyncSession, name: str) -> BootstrapResult:
     identity = IdentityService(session, tenant.tenant_id)
     admin = await identity.create_principal(PrincipalCreate(kind="user", display_name="admin"))
     founder = _Founder(admin.id, ALL_SCOPES)
-    await identity.grant_role(founder, admin.id, "auditor")
+    # The seed makes the admin a policy admin and the tenant's first auditor.
     await lock_policy(session, tenant.tenant_id)
     await add_rules(session, tenant.tenant_id, bootstrap_rules(f"user:{admin.id}"))
     await recompile(session, tenant.tenant_id)

@@ -1,15 +1,19 @@
-"""The policy checks an operation needs besides its scope: role:policy_admin, the auditor role.
+"""The policy checks an operation needs besides its scope: role:policy_admin (the policy and
+identity admin API) or role:auditor (the audit log).
 
-Each runs against the call (REST and MCP ask the same question), in the call's own transaction,
-so a grant or removal counts from the very next call.
-"""
+Each runs against the call (REST and MCP ask the same question) and reads the compiled role
+closure (`principal_roles`) in the call's own transaction: one primary-key lookup, no walk over
+the rules, and a grant or removal counts from the very next call (every policy change rebuilds
+the closure in the transaction that commits it)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from service.audit.service import AuditService
+from service.audit.problems import AuditorRoleRequired
 from service.auth.principal import Principal
+from service.policy.powers import holds_role
+from service.policy.rules import AUDITOR
 from service.policy.service import PolicyService
 
 if TYPE_CHECKING:
@@ -29,7 +33,10 @@ async def requires_policy_admin(call: Call) -> None:
 
 
 async def requires_auditor(call: Call) -> None:
-    """The caller holds the auditor role in its tenant."""
-    await AuditService(
-        call.db, call.runtime.pseudonyms, _caller(call), facts=call.facts
-    ).require_auditor()
+    """The caller reaches role:auditor in its tenant."""
+    caller = _caller(call)
+    if not await holds_role(call.db, caller.tenant_id, caller.principal_id, AUDITOR):
+        raise AuditorRoleRequired(
+            "Reading the audit log needs the auditor role as well as 'read:audit'. An admin "
+            "grants it with PUT /v1/principals/{principal_id}/roles/auditor."
+        )

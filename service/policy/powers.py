@@ -7,14 +7,13 @@ from __future__ import annotations
 import uuid
 from collections.abc import Collection
 
-from sqlalchemy import func, select, text
+from sqlalchemy import exists, func, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.auth.scopes import ADMIN_SCOPES, Scope
-from service.db.models import CasbinRule, Client, RoleAssignment
+from service.db.models import CasbinRule, Client, PrincipalRole
 from service.db.models import Principal as PrincipalRow
-from service.policy.compile import CASBIN_MAX_HIERARCHY
-from service.policy.rules import EXTERNAL_ADMIN, POLICY_ADMIN, principal_name
+from service.policy.rules import AUDITOR, EXTERNAL_ADMIN, POLICY_ADMIN, principal_name
 
 
 async def admin_powers(
@@ -49,6 +48,24 @@ async def admin_powers(
     return frozenset(powers)
 
 
+async def holds_role(
+    session: AsyncSession, tenant_id: uuid.UUID, principal_id: uuid.UUID, role: str
+) -> bool:
+    """Whether the principal reaches `role` (directly or through teams and roles): one primary
+    key lookup in the compiled closure, which every policy change rebuilds in its own
+    transaction, so a grant or removal counts from the very next request."""
+    found = await session.scalar(
+        select(
+            exists().where(
+                PrincipalRole.tenant_id == tenant_id,
+                PrincipalRole.principal_id == principal_id,
+                PrincipalRole.role == role,
+            )
+        )
+    )
+    return bool(found)
+
+
 # A policy admin counts only if it can still act as one: an enabled user or service reaching
 # the role, with an enabled admin client carrying `manage:policy` or an approved external
 # mapping to an issuer this deployment trusts (its IdP then decides what its tokens carry; a
@@ -56,19 +73,15 @@ async def admin_powers(
 # red-team pass 2, F3). Agents never hold admin scopes, and a
 # member without such credentials cannot manage anything (red-team: a tenant whose only
 # "admins" were an agent and a client-less user let its last real admin disable itself).
-# DISTINCT: one principal can reach the role along several chains.
+# Who reaches the role is read from the compiled closure (one row per principal and role, so
+# nobody is counted twice however many chains lead there); the caller has rebuilt it for the
+# change being checked. The approval stays a direct line, as everywhere it is read.
 _WORKING_POLICY_ADMINS = text(
     """
-    WITH RECURSIVE members(name, depth) AS (
-        SELECT CAST(:role AS text), 0
-      UNION
-        SELECT g.v0, m.depth + 1 FROM members m
-          JOIN casbin_rule g ON g.tenant_id = :tenant AND g.ptype = 'g' AND g.v1 = m.name
-         WHERE m.depth < :max_depth
-    )
-    SELECT count(DISTINCT p.id) FROM principals p
-      JOIN members m ON m.name = p.kind || ':' || p.id::text
-     WHERE p.tenant_id = :tenant AND p.disabled_at IS NULL AND p.kind <> 'agent'
+    SELECT count(*) FROM principal_roles r
+      JOIN principals p ON p.tenant_id = r.tenant_id AND p.id = r.principal_id
+     WHERE r.tenant_id = :tenant AND r.role = :role
+       AND p.disabled_at IS NULL AND p.kind <> 'agent'
        AND (
             EXISTS (
                 SELECT 1 FROM clients c
@@ -95,12 +108,12 @@ async def working_policy_admins(
 ) -> int:
     """Policy admins (directly or through teams) that can still manage the tenant's access:
     enabled users and services with a working admin credential (see the statement);
-    `trusted_issuers`: the `iss` of the configured external issuers."""
+    `trusted_issuers`: the `iss` of the configured external issuers. Reads the compiled
+    closure: after a rule change, call it once the change is compiled."""
     params = {
         "issuers": sorted(trusted_issuers),
         "tenant": tenant_id,
         "role": POLICY_ADMIN,
-        "max_depth": CASBIN_MAX_HIERARCHY,
         "scope": str(Scope.MANAGE_POLICY),
         "approval": EXTERNAL_ADMIN,
     }
@@ -108,18 +121,19 @@ async def working_policy_admins(
 
 
 async def auditor_count(session: AsyncSession, tenant_id: uuid.UUID) -> int:
-    """Enabled principals holding the auditor role."""
+    """Enabled principals reaching role:auditor (directly or through teams), from the compiled
+    closure: after a rule change, call it once the change is compiled."""
     found = await session.scalar(
         select(func.count())
-        .select_from(RoleAssignment)
+        .select_from(PrincipalRole)
         .join(
             PrincipalRow,
-            (PrincipalRow.tenant_id == RoleAssignment.tenant_id)
-            & (PrincipalRow.id == RoleAssignment.principal_id),
+            (PrincipalRow.tenant_id == PrincipalRole.tenant_id)
+            & (PrincipalRow.id == PrincipalRole.principal_id),
         )
         .where(
-            RoleAssignment.tenant_id == tenant_id,
-            RoleAssignment.role == "auditor",
+            PrincipalRole.tenant_id == tenant_id,
+            PrincipalRole.role == AUDITOR,
             PrincipalRow.disabled_at.is_(None),
         )
     )

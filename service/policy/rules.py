@@ -26,6 +26,10 @@ MAX_CHAIN = 8
 ACTIONS = ("read", "write", "delete")
 POLICY_ADMIN = "role:policy_admin"
 """Members (directly or through teams) may change the tenant's policy (with `manage:policy`)."""
+AUDITOR = "role:auditor"
+"""Members (directly or through teams) may read, export and verify the tenant's audit log (with
+`read:audit`). Granted through `PUT /v1/principals/{id}/roles/auditor`, which checks the
+granter holds `read:audit` itself."""
 EXTERNAL_ADMIN = "role:external_admin"
 """A principal mapped to an external IdP subject whose IdP tokens may carry admin scopes. Only
 a direct link counts, and only a caller holding every admin scope sets or removes it."""

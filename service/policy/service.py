@@ -20,7 +20,12 @@ from service.db.base import uuid7
 from service.db.models import Delegation, Principal, Space, SpaceGrant, Team, Tenant
 from service.identity.problems import PrincipalNotFound, untrusted_issuer
 from service.policy.compile import CASBIN_MAX_HIERARCHY, apply_changes, lock_policy
-from service.policy.powers import admin_powers, working_policy_admins
+from service.policy.powers import (
+    admin_powers,
+    auditor_count,
+    holds_role,
+    working_policy_admins,
+)
 from service.policy.problems import (
     LastRoleHolder,
     PersonalSpace,
@@ -59,18 +64,6 @@ from service.policy.schemas import (
 )
 from service.problems import InsufficientScope, NotAuthenticated
 
-_REACHES = text(
-    """
-    WITH RECURSIVE r(role, depth) AS (
-        SELECT CAST(:name AS text), 0
-      UNION
-        SELECT g.v1, r.depth + 1 FROM r
-          JOIN casbin_rule g ON g.tenant_id = :tenant AND g.ptype = 'g' AND g.v0 = r.role
-         WHERE r.depth < :max_depth
-    )
-    SELECT EXISTS (SELECT 1 FROM r WHERE role = :target)
-    """
-)
 # Why a principal holds each grant: for every role it reaches, ONE membership chain (a
 # shortest one, ties broken by name), so the answer stays as small as the closure however the
 # teams are nested (red-team: listing every path grew as width^7 with eight layers of teams).
@@ -135,14 +128,10 @@ class PolicyService:
         self._trusted_issuers = trusted_issuers
 
     async def require_policy_admin(self) -> None:
-        name = await self._principal_name(self._caller.principal_id)
-        params = {
-            "tenant": self._tenant_id,
-            "name": name,
-            "target": POLICY_ADMIN,
-            "max_depth": CASBIN_MAX_HIERARCHY,
-        }
-        if not (await self._session.execute(_REACHES, params)).scalar_one():
+        """The caller reaches role:policy_admin: one lookup in the compiled closure."""
+        if not await holds_role(
+            self._session, self._tenant_id, self._caller.principal_id, POLICY_ADMIN
+        ):
             raise PolicyAdminRequired(
                 "Changing policy needs 'manage:policy' and the role:policy_admin grant in "
                 "your tenant; ask a policy admin to add you to it."
@@ -252,6 +241,22 @@ class PolicyService:
             raise PolicyNameInvalid(
                 "You cannot take your own policy role away (ask another policy admin)."
             )
+        # Under the policy lock, like the change itself: the powers and the admin check read
+        # what concurrent changes committed.
+        await self.lock_and_recheck()
+        await self.require_not_outranked(principal_id)
+        return await self._change(remove=[rule])
+
+    async def set_tenant_role(
+        self, principal_id: uuid.UUID, role: str, *, member: bool
+    ) -> PolicyChange:
+        """A tenant role of the identity API (`auditor`, through /v1/principals/{id}/roles,
+        which checks the granter's scope first): a `g` line to role:<role>, compiled like any
+        membership. A caller may drop its own, unlike a policy role; never from a principal
+        that outranks it, nor the tenant's last holder (409)."""
+        rule = Rule("g", await self._principal_name(principal_id), f"role:{role}")
+        if member:
+            return await self._change(add=[rule])
         # Under the policy lock, like the change itself: the powers and the admin check read
         # what concurrent changes committed.
         await self.lock_and_recheck()
@@ -399,26 +404,40 @@ class PolicyService:
     async def _change(
         self, *, add: list[Rule] | None = None, remove: list[Rule] | None = None
     ) -> PolicyChange:
+        add, remove = add or [], remove or []
         await self.lock_and_recheck()
-        await add_rules(self._session, self._tenant_id, add or [])
-        for rule in remove or []:
+        # Only a removed membership can take a role away; count the auditors before it, so a
+        # tenant that has none already can still change its teams.
+        removes_members = any(rule.ptype == "g" for rule in remove)
+        auditors = await auditor_count(self._session, self._tenant_id) if removes_members else 0
+        await add_rules(self._session, self._tenant_id, add)
+        for rule in remove:
             await remove_rule(self._session, self._tenant_id, rule)
-        if any(rule.ptype == "g" for rule in remove or []) and not await working_policy_admins(
-            self._session, self._tenant_id, self._trusted_issuers
-        ):
-            raise LastRoleHolder(
-                "That change would leave your tenant without a working policy admin (an "
-                "enabled user or service in role:policy_admin with an enabled admin client "
-                "holding manage:policy); nothing was changed. Add another policy admin first."
-            )
-        for ptype in {rule.ptype for rule in add or []} & {"g", "g2"}:
+        for ptype in {rule.ptype for rule in add} & {"g", "g2"}:
             if await longest_chain(self._session, self._tenant_id, ptype) > MAX_CHAIN:
                 raise PolicyTooDeep(
                     f"That change makes a {'membership' if ptype == 'g' else 'sub-space'} "
                     f"chain longer than {MAX_CHAIN} links (or a cycle); nothing was changed."
                 )
-        version = await apply_changes(self._session, self._tenant_id, (add or []) + (remove or []))
+        version = await apply_changes(self._session, self._tenant_id, add + remove)
+        if removes_members:
+            # Read from the closure just rebuilt; a refusal rolls the whole change back.
+            await self._keep_role_holders(had_auditors=auditors > 0)
         return PolicyChange(policy_version=version)
+
+    async def _keep_role_holders(self, *, had_auditors: bool) -> None:
+        if not await working_policy_admins(self._session, self._tenant_id, self._trusted_issuers):
+            raise LastRoleHolder(
+                "That change would leave your tenant without a working policy admin (an "
+                "enabled user or service in role:policy_admin with an enabled admin client "
+                "holding manage:policy); nothing was changed. Add another policy admin first."
+            )
+        if had_auditors and not await auditor_count(self._session, self._tenant_id):
+            raise LastRoleHolder(
+                "That change would leave your tenant without an auditor (an enabled principal "
+                "in role:auditor), and nobody could read its audit log; nothing was changed. "
+                "Grant the auditor role to someone else first."
+            )
 
     async def _version(self) -> int:
         version = await self._session.scalar(

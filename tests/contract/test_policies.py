@@ -1,6 +1,6 @@
 """policies/: the model loads in pycasbin and is the allow-only RBAC-with-domains model the
 compiler implements (no key-match functions); the seed policy holds only typed, exact names and
-grants the bootstrap admin the policy admin role."""
+grants the bootstrap admin the policy admin and auditor roles."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import casbin
 import pytest
 
-from service.policy.rules import POLICY_ADMIN, Rule
+from service.policy.rules import AUDITOR, POLICY_ADMIN, Rule
 from service.policy.seed import POLICIES_DIR, bootstrap_rules
 
 
@@ -26,9 +26,9 @@ def test_the_model_loads_and_uses_no_key_match() -> None:
     assert not enforcer.enforce("user:a", "other", "space:child", "read")
 
 
-def test_the_seed_makes_the_admin_a_policy_admin() -> None:
+def test_the_seed_makes_the_admin_a_policy_admin_and_the_first_auditor() -> None:
     admin = "user:00000000-0000-0000-0000-000000000001"
-    assert bootstrap_rules(admin) == [Rule("g", admin, POLICY_ADMIN)]
+    assert bootstrap_rules(admin) == [Rule("g", admin, POLICY_ADMIN), Rule("g", admin, AUDITOR)]
 
 
 @pytest.mark.parametrize(

@@ -18,7 +18,6 @@ TENANT_TABLES = (
     "clients",
     "spaces",
     "teams",
-    "role_assignments",
     "casbin_rule",
     "principal_roles",
     "role_grants",
