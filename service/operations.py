@@ -50,6 +50,9 @@ class Operation:
     check: Check | None = None
     takes_input: bool = True
     """False when the operation has no body, query or path input that can fail validation."""
+    authenticated: bool = False
+    """With `scope=None`: the caller still needs a valid bearer token, just no particular scope
+    (the MCP endpoint, whose tools each check their own operation's scope)."""
 
     def __post_init__(self) -> None:
         if self.name in OPERATIONS:
@@ -60,14 +63,16 @@ class Operation:
 
     @property
     def public(self) -> bool:
-        return self.scope is None
+        return self.scope is None and not self.authenticated
 
     def all_problems(self) -> tuple[type[Problem], ...]:
         """What a caller can get back: the operation's own problems plus the entrance's (token,
         scope, input validation, an audit log that cannot record the call)."""
         entrance: list[type[Problem]] = []
         if not self.public:
-            entrance += [NotAuthenticated, InsufficientScope]
+            entrance.append(NotAuthenticated)
+        if self.scope is not None:
+            entrance.append(InsufficientScope)
         if self.takes_input:
             entrance += [MalformedRequest, MalformedId, UnsupportedMediaType, InvalidRequest]
         entrance.append(ServiceUnavailable)
@@ -82,6 +87,9 @@ def operation(
     *problems: type[Problem],
     check: Check | None = None,
     takes_input: bool = True,
+    authenticated: bool = False,
 ) -> Operation:
     """Declare an operation (module level, once)."""
-    return Operation(name, operation_id, summary, scope, problems, check, takes_input)
+    return Operation(
+        name, operation_id, summary, scope, problems, check, takes_input, authenticated
+    )
