@@ -37,7 +37,6 @@ from service.auth.principal import Principal
 from service.auth.tokens import VerifiedToken
 from service.db.tenancy import name_tenant
 from service.problems import Problem, ServiceUnavailable
-
 from service.runtime import Runtime
 
 if TYPE_CHECKING:
