@@ -18,7 +18,7 @@ from typing import Any
 
 import msgspec
 import structlog
-from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+from mcp.server.context import CallNext, HandlerResult, ServerMiddleware, ServerRequestContext
 from mcp.server.lowlevel.server import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared.exceptions import MCPError
@@ -136,19 +136,31 @@ def _request_context(scope: MutableMapping[str, Any] | None) -> Iterator[None]:
         otel_context.detach(token)
 
 
-async def traced(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
-    """Each MCP message under the request's trace (and log context), as `mcp <method>` with
+_HANDSHAKE = frozenset({"initialize", "notifications/initialized", "notifications/cancelled"})
+
+
+def traced(server: Server[Any]) -> ServerMiddleware[Any]:
+    """Each MCP message under the request's trace (and log context), as `mcp <method>`, with
     the tool's name when it is one of ours. In place of the SDK's own span middleware, which
-    names its span after whatever tool name the caller sent."""
-    name = ctx.params.get("name") if ctx.params else None
-    attributes = {"mcp.method.name": ctx.method}
-    if ctx.method == "tools/call" and isinstance(name, str) and name in TOOLS:
-        attributes["mcp.tool.name"] = name
-    with (
-        _request_context(getattr(ctx.request, "scope", None)),
-        span(f"mcp {ctx.method}", attributes),
-    ):
-        return await call_next(ctx)
+    names its span after whatever tool name the caller sent; a method we do not serve is
+    `mcp other`, for the same reason."""
+
+    def known(method: str) -> bool:
+        return method in _HANDSHAKE or server.get_request_handler(method) is not None
+
+    async def middleware(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+        method = ctx.method if known(ctx.method) else "other"
+        attributes = {"mcp.method.name": method}
+        name = ctx.params.get("name") if ctx.params else None
+        if method == "tools/call" and isinstance(name, str) and name in TOOLS:
+            attributes["mcp.tool.name"] = name
+        with (
+            _request_context(getattr(ctx.request, "scope", None)),
+            span(f"mcp {method}", attributes),
+        ):
+            return await call_next(ctx)
+
+    return middleware
 
 
 async def _invoke(tool: Tool, call: Call, runtime: Runtime, arguments: Any) -> Any:
@@ -176,7 +188,7 @@ class McpEndpoint:
             on_list_tools=self._list_tools,
             on_call_tool=self._call_tool,
         )
-        self.server.middleware = [traced]
+        self.server.middleware = [traced(self.server)]
         limit = runtime.settings.server.max_body_bytes if runtime else ServerSettings.max_body_bytes
         # Stateless: every POST stands alone (any replica can serve it, nothing to expire).
         # JSON responses: the answer is written once the handler returned, i.e. after the

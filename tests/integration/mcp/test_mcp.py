@@ -244,6 +244,13 @@ async def test_tool_calls_are_traced_under_the_request_without_content(
         await session.call_tool("remember", {**NOTE, "value": canary, "key": canary})
         with pytest.raises(MCPError):
             await session.call_tool(canary, {})
+        async with httpx.AsyncClient(base_url=base, headers=alice.headers) as http:
+            unknown = await http.post(
+                "/mcp",
+                json={"jsonrpc": "2.0", "id": 9, "method": canary},
+                headers={"accept": "application/json, text/event-stream"},
+            )
+        assert unknown.json()["error"]["code"] == -32601
     spans = span_exporter.get_finished_spans()
     [tool_span] = [s for s in spans if s.attributes and s.attributes.get("mcp.tool.name")]
     assert tool_span.name == "mcp tools/call"
