@@ -25,6 +25,7 @@ from service.http.headers import security_headers
 from service.http.health import HealthController
 from service.http.openapi_doc import SpecJson, SpecYaml
 from service.identity.controller import ClientController, PrincipalController
+from service.mcp.controller import mcp_routes
 from service.memory.controller import MemoryController
 from service.observability.logging import request_context_middleware
 from service.observability.telemetry import otel_asgi
@@ -87,6 +88,7 @@ def create_app(runtime: Runtime | None = None) -> Litestar:
         exclude_from_auth_key="exclude_from_auth",
         exclude=["^/schema"],
     )
+    mcp, mcp_lifespan = mcp_routes(runtime)
     app = Litestar(
         route_handlers=[
             HealthController,
@@ -99,6 +101,7 @@ def create_app(runtime: Runtime | None = None) -> Litestar:
             SpaceController,
             PermissionController,
             RoleController,
+            mcp,
         ],
         dependencies={
             "call": Provide(provide_call, sync_to_thread=False),
@@ -114,7 +117,7 @@ def create_app(runtime: Runtime | None = None) -> Litestar:
             runtime.settings.server.max_body_bytes if runtime else ServerSettings.max_body_bytes
         ),
         state=State({"runtime": runtime}),
-        lifespan=[_background],
+        lifespan=[_background, mcp_lifespan],
         debug=False,
     )
     declare_query_parameters(app)

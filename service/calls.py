@@ -320,6 +320,12 @@ class Call:
             if commit:
                 raise
 
+    async def release(self) -> None:
+        """End the call's transaction early and give its connection back (nothing it did is
+        kept): an MCP exchange whose tool calls run as calls of their own holds no connection
+        while they run. A later statement would begin a new transaction."""
+        await self._settle(commit=False)
+
     async def close(self) -> None:
         if self._session is not None:
             await self._session.close()

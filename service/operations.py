@@ -53,6 +53,9 @@ class Operation:
     read_only: bool = False
     """The operation changes nothing: its transaction is read-only (a write fails loudly) and
     its audit row is group-committed with other reads' rows (service/audit/group_commit.py)."""
+    authenticated: bool = False
+    """With `scope=None`: the caller still needs a valid bearer token, just no particular scope
+    (the MCP endpoint, whose tools each check their own operation's scope)."""
 
     def __post_init__(self) -> None:
         if self.name in OPERATIONS:
@@ -63,14 +66,16 @@ class Operation:
 
     @property
     def public(self) -> bool:
-        return self.scope is None
+        return self.scope is None and not self.authenticated
 
     def all_problems(self) -> tuple[type[Problem], ...]:
         """What a caller can get back: the operation's own problems plus the entrance's (token,
         scope, input validation, an audit log that cannot record the call)."""
         entrance: list[type[Problem]] = []
         if not self.public:
-            entrance += [NotAuthenticated, InsufficientScope]
+            entrance.append(NotAuthenticated)
+        if self.scope is not None:
+            entrance.append(InsufficientScope)
         if self.takes_input:
             entrance += [MalformedRequest, MalformedId, UnsupportedMediaType, InvalidRequest]
         entrance.append(ServiceUnavailable)
@@ -86,9 +91,12 @@ def operation(
     check: Check | None = None,
     takes_input: bool = True,
     read_only: bool = False,
+    authenticated: bool = False,
 ) -> Operation:
     """Declare an operation (module level, once)."""
-    return Operation(name, operation_id, summary, scope, problems, check, takes_input, read_only)
+    return Operation(
+        name, operation_id, summary, scope, problems, check, takes_input, read_only, authenticated
+    )
 
 
 class Declare(Protocol):

@@ -86,16 +86,29 @@ class BodyTooLarge(Problem, slug="body-too-large", status=413, title="Request bo
 class NotAuthenticated(
     Problem, slug="unauthenticated", status=401, title="Authentication required"
 ):
-    """No valid bearer token. Carries `WWW-Authenticate` so clients know how to get one."""
+    """No valid bearer token. Carries `WWW-Authenticate` so clients know how to get one: with
+    `resource_metadata` (RFC 9728 §5.1) naming the protected-resource metadata document, which
+    names the authorization servers (MCP clients start their discovery there)."""
 
-    def __init__(self, detail: str, *, error: str = "invalid_token", **extensions: Any) -> None:
+    def __init__(
+        self,
+        detail: str,
+        *,
+        error: str = "invalid_token",
+        resource_metadata: str | None = None,
+        **extensions: Any,
+    ) -> None:
         super().__init__(detail, **extensions)
         self.error = error
+        self.resource_metadata = resource_metadata
 
     def headers(self) -> dict[str, str]:
-        if self.error == "missing_token":
-            return {"WWW-Authenticate": 'Bearer realm="memgate"'}
-        return {"WWW-Authenticate": f'Bearer realm="memgate", error="{self.error}"'}
+        parts = ['realm="memgate"']
+        if self.resource_metadata is not None:
+            parts.append(f'resource_metadata="{self.resource_metadata}"')
+        if self.error != "missing_token":
+            parts.append(f'error="{self.error}"')
+        return {"WWW-Authenticate": "Bearer " + ", ".join(parts)}
 
 
 class InsufficientScope(Problem, slug="insufficient-scope", status=403, title="Insufficient scope"):

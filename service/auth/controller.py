@@ -20,6 +20,7 @@ from service.auth.issuer import (
 )
 from service.auth.keys import published_jwks
 from service.auth.problems import OAuthOverloaded, oauth_problem
+from service.auth.resource import MCP_PATH, WELL_KNOWN, resource_metadata
 from service.auth.scopes import ALL_SCOPES
 from service.calls import IssuedIdentity
 from service.http.audit import call_of
@@ -166,3 +167,15 @@ class OAuthController(Controller):
             "scopes_supported": sorted(ALL_SCOPES),
             "response_types_supported": ["token"],
         }
+
+    @get(WELL_KNOWN, **route(ops.RESOURCE_METADATA))
+    async def protected_resource(self, runtime: Rt) -> dict[str, Any]:
+        """RFC 9728 protected resource metadata of the API: the authorization servers whose
+        tokens it accepts (the embedded issuer and the trusted external ones) and its scopes."""
+        return resource_metadata(runtime.settings)
+
+    @get(WELL_KNOWN + MCP_PATH, **route(ops.MCP_RESOURCE_METADATA))
+    async def mcp_protected_resource(self, runtime: Rt) -> dict[str, Any]:
+        """RFC 9728 protected resource metadata of the MCP endpoint (`/mcp`), where MCP clients
+        start their authorization discovery; the same servers and scopes as the API."""
+        return resource_metadata(runtime.settings, MCP_PATH)

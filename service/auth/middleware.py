@@ -10,10 +10,11 @@ from litestar.middleware import AbstractAuthenticationMiddleware, Authentication
 
 from service.auth.guards import AnyConnection
 from service.auth.resolver import resolve_principal
+from service.auth.resource import metadata_url
 from service.auth.tokens import TokenRejected
 from service.db.tenancy import name_tenant
 from service.http.audit import find_call, operation_of
-from service.observability.telemetry import span
+from service.observability.telemetry import route_of, span
 from service.problems import NotAuthenticated
 
 if TYPE_CHECKING:
@@ -24,13 +25,16 @@ class BearerAuthentication(AbstractAuthenticationMiddleware):
     async def authenticate_request(self, connection: AnyConnection) -> AuthenticationResult:
         header = connection.headers.get("authorization", "")
         scheme, _, token = header.partition(" ")
+        runtime = cast("Runtime", connection.app.state.runtime)
+        # Every 401 names the RFC 9728 document a client discovers the issuers from.
+        discovery = metadata_url(runtime.settings.server.public_url, route_of(connection.scope))
         if scheme.lower() != "bearer" or not token.strip():
             raise NotAuthenticated(
                 "This endpoint needs a bearer token: POST /oauth/token with your client "
                 "credentials, then send 'Authorization: Bearer <access_token>'.",
                 error="missing_token",
+                resource_metadata=discovery,
             )
-        runtime = cast("Runtime", connection.app.state.runtime)
         with span("auth.authenticate"):
             try:
                 verified = await runtime.verifier.verify(token.strip())
@@ -46,6 +50,7 @@ class BearerAuthentication(AbstractAuthenticationMiddleware):
             except TokenRejected as exc:
                 raise NotAuthenticated(
                     f"The access token was rejected ({exc}). Get a new token from /oauth/token.",
+                    resource_metadata=discovery,
                 ) from None
         structlog.contextvars.bind_contextvars(
             tenant=str(principal.tenant_id),

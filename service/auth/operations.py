@@ -38,3 +38,17 @@ METADATA = operation(
     None,
     takes_input=False,
 )
+RESOURCE_METADATA = operation(
+    "auth.resource_metadata",
+    "getProtectedResourceMetadata",
+    "Protected resource metadata of the API (RFC 9728)",
+    None,
+    takes_input=False,
+)
+MCP_RESOURCE_METADATA = operation(
+    "auth.mcp_resource_metadata",
+    "getMcpProtectedResourceMetadata",
+    "Protected resource metadata of the MCP endpoint (RFC 9728)",
+    None,
+    takes_input=False,
+)

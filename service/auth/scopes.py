@@ -3,6 +3,12 @@
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import TYPE_CHECKING
+
+from service.problems import InsufficientScope
+
+if TYPE_CHECKING:
+    from service.auth.principal import Principal
 
 
 class Scope(StrEnum):
@@ -42,3 +48,13 @@ def parse_scopes(raw: object) -> frozenset[str]:
     if isinstance(raw, list | tuple):
         return frozenset(s for s in raw if isinstance(s, str))
     return frozenset()
+
+
+def insufficient_scope(principal: Principal, scope: Scope) -> InsufficientScope:
+    """The refusal of a call whose token lacks `scope`, in the same words over REST and MCP."""
+    return InsufficientScope(
+        f"This call needs the '{scope}' scope; the token has "
+        f"'{' '.join(sorted(principal.scopes)) or 'none'}'. Request a token with "
+        f"scope={scope} (the client must be registered for it).",
+        required_scope=str(scope),
+    )

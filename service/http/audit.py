@@ -115,7 +115,9 @@ def _describe(call: Call, scope: MutableMapping[str, Any]) -> None:
     call.method = http_method(scope)
     call.route = route_of(scope)
     call.path_ids = _path_ids(scope)
-    call.exempt = is_exempt(scope)
+    # An exchange may have been exempted by what it carried (an MCP tool call that left its own
+    # row): the route only ever adds the exemption.
+    call.exempt = call.exempt or is_exempt(scope)
     call.request_id = request_id_of(scope) or call.request_id
     call.bearer = _bearer(scope)
 
@@ -199,12 +201,14 @@ def check_every_route_is_an_operation(app: Any) -> None:
     probe): adding a route without deciding its scope, check and audit fails at start-up."""
     missing: list[str] = []
     for route in app.routes:
-        for handler in getattr(route, "route_handlers", []):
+        # A mounted ASGI app (`/mcp`) is a route with one handler and no HTTP methods.
+        for handler in getattr(route, "route_handlers", None) or [route.route_handler]:
+            methods = getattr(handler, "http_methods", None) or {"ASGI"}
             if isinstance(handler.opt.get("operation"), Operation) or handler.opt.get(EXEMPT):
                 continue
-            if route.path.startswith("/schema") or handler.http_methods == {"OPTIONS"}:
+            if route.path.startswith("/schema") or methods == {"OPTIONS"}:
                 continue  # Litestar's own routes: audited as `schema.read` / `http.options`
-            missing.append(f"{'/'.join(sorted(handler.http_methods))} {route.path}")
+            missing.append(f"{'/'.join(sorted(methods))} {route.path}")
     if missing:
         raise RuntimeError(
             "every route must be bound to an Operation (service/operations.py) with "

@@ -278,7 +278,12 @@ def http_method(scope: Scope | MutableMapping[str, Any]) -> str:
 def route_of(scope: Scope | MutableMapping[str, Any]) -> str:
     """The matched route template (`/v1/memories/{memory_id}`), never the raw path."""
     template = scope.get("path_template")
-    return template if isinstance(template, str) and template else "unmatched"
+    if isinstance(template, str) and template:
+        return template
+    # Litestar gives a mounted ASGI app (`/mcp`) an empty template: the mount's path names it.
+    handler = scope.get("route_handler")
+    paths = getattr(handler, "paths", None) if getattr(handler, "is_mount", False) else None
+    return min(paths) if paths else "unmatched"
 
 
 def otel_asgi(app: ASGIApp) -> ASGIApp:

@@ -1,0 +1,58 @@
+"""Tool arguments that REST carries in the path or the query string (get, forget, list, counts).
+
+The body-shaped tools (remember, recall) take REST's own request structs. These use the same
+field types as REST's query parameters, so the limits and patterns are the same; like every
+struct here, unknown fields are refused.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated
+
+import msgspec
+
+from service.memory.repository import MemoryFilters
+from service.memory.schemas import GroupBy, Key, Kind, Subject
+
+MemoryId = Annotated[
+    str,
+    msgspec.Meta(
+        description="The memory's id (a UUID, as returned by remember, recall or list).",
+        examples=["0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b"],
+    ),
+]
+"""A string, parsed like REST's path id: a malformed one gets REST's `malformed-id` text."""
+
+
+class MemoryRef(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    id: MemoryId
+
+
+class ListArguments(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    subject: Subject | None = None
+    kind: Kind | None = None
+    key: Key | None = None
+    space_id: uuid.UUID | None = None
+    cursor: Annotated[
+        str | None, msgspec.Meta(description="`next_cursor` of the previous page.")
+    ] = None
+    limit: Annotated[int | None, msgspec.Meta(description="Page size (1-100, default 50).")] = None
+
+    def filters(self) -> MemoryFilters:
+        return MemoryFilters(
+            subject=self.subject, kind=self.kind, key=self.key, space_id=self.space_id
+        )
+
+
+class CountArguments(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    subject: Subject | None = None
+    kind: Kind | None = None
+    key: Key | None = None
+    space_id: uuid.UUID | None = None
+    group_by: GroupBy | None = None
+
+    def filters(self) -> MemoryFilters:
+        return MemoryFilters(
+            subject=self.subject, kind=self.kind, key=self.key, space_id=self.space_id
+        )

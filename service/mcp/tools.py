@@ -1,0 +1,154 @@
+"""The MCP tools, each an existing operation: `@tool(op, name=..., arguments=...)`.
+
+A tool takes its arguments as a msgspec struct — REST's own request struct where REST has a
+body — decoded strictly, and calls the same service method as the REST route, so it answers
+with the same JSON and the same problems. Its input schema in `tools/list` is derived from that
+struct. A tool whose operation is not declared fails at start-up
+(`check_every_tool_is_an_operation`), as a route does. When a later operation (history,
+revoke, erasure …) gets a tool, it is one more function here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import msgspec
+
+from service.auth.principal import Principal
+from service.calls import Call
+from service.http.params import parse_id
+from service.mcp.schemas import CountArguments, ListArguments, MemoryRef
+from service.memory import operations as memory_ops
+from service.memory.schemas import MemoryCreate, SearchRequest
+from service.memory.service import MemoryService
+from service.operations import OPERATIONS, Operation
+from service.runtime import Runtime
+
+ArgsT = TypeVar("ArgsT", bound=msgspec.Struct)
+Run = Callable[[Call, Runtime, Any], Awaitable[msgspec.Struct | dict[str, Any]]]
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    operation: Operation
+    description: str
+    arguments: type[msgspec.Struct]
+    run: Run
+    read_only: bool
+    destructive: bool = False
+
+    def input_schema(self) -> dict[str, Any]:
+        """JSON Schema of the arguments, with the struct itself at the root (MCP wants an
+        object there) and the structs it nests under `$defs`."""
+        name = self.arguments.__name__
+        _, components = msgspec.json.schema_components(
+            [self.arguments], ref_template="#/$defs/{name}"
+        )
+        root: dict[str, Any] = dict(components.pop(name))
+        root.pop("title", None)
+        if components:
+            root["$defs"] = components
+        return root
+
+
+TOOLS: dict[str, Tool] = {}
+"""Every tool by name, in declaration order (the order of `tools/list`)."""
+
+
+def tool(
+    operation: Operation,
+    *,
+    name: str,
+    arguments: type[ArgsT],
+    read_only: bool,
+    destructive: bool = False,
+) -> Callable[[Callable[[Call, Runtime, ArgsT], Awaitable[Any]]], Tool]:
+    """Register a tool serving `operation`; the function's docstring is its description."""
+
+    def register(run: Callable[[Call, Runtime, ArgsT], Awaitable[Any]]) -> Tool:
+        if name in TOOLS:
+            raise TypeError(f"tool {name!r} is declared twice")
+        scope = f" Needs the `{operation.scope}` scope." if operation.scope else ""
+        declared = Tool(
+            name=name,
+            operation=operation,
+            description=" ".join((run.__doc__ or operation.summary).split()) + scope,
+            arguments=arguments,
+            run=run,
+            read_only=read_only,
+            destructive=destructive,
+        )
+        TOOLS[name] = declared
+        return declared
+
+    return register
+
+
+def check_every_tool_is_an_operation() -> None:
+    """Refuse to serve a tool whose operation is not a declared one (the MCP twin of
+    `check_every_route_is_an_operation`): its scope, audit action and problems come from it."""
+    stray = [
+        f"{t.name} ({t.operation.name})"
+        for t in TOOLS.values()
+        if OPERATIONS.get(t.operation.name) is not t.operation or t.operation.public
+    ]
+    if stray:
+        raise RuntimeError(
+            "every MCP tool must serve a declared, non-public Operation (service/operations.py): "
+            + ", ".join(stray)
+        )
+
+
+def _memories(call: Call, runtime: Runtime) -> MemoryService:
+    return MemoryService(call.db, runtime.embedder, runtime.settings.memory, facts=call.facts)
+
+
+def _caller(call: Call) -> Principal:
+    assert call.caller is not None  # tool calls are opened for an authenticated caller only
+    return call.caller
+
+
+@tool(memory_ops.WRITE, name="remember", arguments=MemoryCreate, read_only=False)
+async def remember(call: Call, runtime: Runtime, data: MemoryCreate) -> msgspec.Struct:
+    """Write a memory into one of your spaces (default: your personal space). A memory with
+    the same subject, kind and key in that space supersedes the live one."""
+    return await _memories(call, runtime).write(_caller(call), data)
+
+
+@tool(memory_ops.SEARCH, name="recall", arguments=SearchRequest, read_only=True)
+async def recall(call: Call, runtime: Runtime, data: SearchRequest) -> msgspec.Struct:
+    """Rank the live memories visible to you by similarity to `query`; at most `k` hits, each
+    with score and provenance. `min_score` lets the answer be "nothing relevant"."""
+    return await _memories(call, runtime).search(_caller(call), data)
+
+
+@tool(memory_ops.GET, name="get_memory", arguments=MemoryRef, read_only=True)
+async def get_memory(call: Call, runtime: Runtime, data: MemoryRef) -> msgspec.Struct:
+    """Get one memory by id (superseded versions included, with their links)."""
+    return await _memories(call, runtime).get(_caller(call), parse_id(data.id))
+
+
+@tool(memory_ops.LIST, name="list_memories", arguments=ListArguments, read_only=True)
+async def list_memories(call: Call, runtime: Runtime, data: ListArguments) -> msgspec.Struct:
+    """List live memories visible to you, newest first, with cursor pagination."""
+    return await _memories(call, runtime).list_page(
+        _caller(call), data.filters(), data.cursor, data.limit
+    )
+
+
+@tool(memory_ops.COUNT, name="count_memories", arguments=CountArguments, read_only=True)
+async def count_memories(call: Call, runtime: Runtime, data: CountArguments) -> msgspec.Struct:
+    """Count the live memories visible to you, optionally per kind, space or subject (the
+    largest groups first). Counts cover exactly what list and recall can return."""
+    return await _memories(call, runtime).count(_caller(call), data.filters(), data.group_by)
+
+
+@tool(memory_ops.DELETE, name="forget", arguments=MemoryRef, read_only=False, destructive=True)
+async def forget(call: Call, runtime: Runtime, data: MemoryRef) -> dict[str, Any]:
+    """Delete one memory by id (`write:memory` does not imply delete)."""
+    memory_id = parse_id(data.id)
+    await _memories(call, runtime).delete(_caller(call), memory_id)
+    return {"deleted": str(memory_id)}
