@@ -38,6 +38,8 @@ CASES = {
     "an alias name is not the table": ("SELECT memories_1.id FROM spaces AS memories_1", 0),
     "other tables": ("SELECT space_grants.space_id FROM space_grants", 0),
     "the word in a comment": ("SELECT 1 /* FROM memories */", 0),
+    "the word in a literal": ("SELECT audit_append('GET', '/v1/memories', 'it''s memories')", 0),
+    "a grant lists the table": ("GRANT SELECT ON tenants, memories, spaces TO memgate_app", 0),
 }
 
 
