@@ -56,6 +56,12 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """List the named bypasses of Visible this run used (in this process), so they stay few."""
+    for reason in sorted(entrance.CHECK.reasons_used):
+        terminalreporter.write_line(f"Visible bypassed on purpose: {reason}")
+
+
 @pytest.fixture(autouse=True)
 def visible_is_the_only_entrance(request: pytest.FixtureRequest) -> Iterator[None]:
     """Fail the test if any statement it caused read memory rows without Visible, even where
