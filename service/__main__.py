@@ -70,6 +70,7 @@ def database_urls(settings: Settings) -> Iterator[DatabaseUrls]:
 
 
 def _ensure_database(admin_url: str, name: str) -> str:
+    # visible: ok cluster admin: creates the database, reads pg_database only
     with psycopg.connect(admin_url, autocommit=True) as conn:
         exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
         if not exists:

@@ -33,6 +33,7 @@ from service.settings import (
     ServerSettings,
     Settings,
 )
+from tests.fixtures import entrance
 from tests.fixtures.api import Api, TestClient
 from tests.fixtures.postgres import app_login, postgres_server, with_database
 
@@ -42,6 +43,39 @@ TRUSTED_TEST_ISSUER = "https://idp.example"
 """The one external issuer the default test deployment trusts, so that principals can be mapped
 to it (memgate refuses mappings to an issuer it does not trust). No test presents its tokens:
 its key set address is a closed loopback port that is never fetched."""
+
+# Promise 2 in SQL: from here on every statement this process sends is checked for a read of
+# the memory table that did not come from Visible (tests/fixtures/entrance.py).
+entrance.install()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "bypasses_visible(reason): the test reads the memory table without Visible on purpose",
+    )
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """List the named bypasses of Visible this run used (in this process), so they stay few."""
+    for reason in sorted(entrance.CHECK.reasons_used):
+        terminalreporter.write_line(f"Visible bypassed on purpose: {reason}")
+
+
+@pytest.fixture(autouse=True)
+def visible_is_the_only_entrance(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fail the test if any statement it caused read memory rows without Visible, even where
+    the app turned the error into a 500; a `bypasses_visible` mark names the exception."""
+    entrance.CHECK.violations.clear()
+    marker = request.node.get_closest_marker("bypasses_visible")
+    if marker is None:
+        yield
+    else:
+        with entrance.bypasses_visible(*marker.args):
+            yield
+    found, entrance.CHECK.violations[:] = list(entrance.CHECK.violations), []
+    if found:
+        pytest.fail(str(found[0]), pytrace=False)
 
 
 @pytest.fixture(scope="session")
@@ -56,7 +90,8 @@ def template_db(pg_server: str) -> str:
         conn.execute(f'DROP DATABASE IF EXISTS "{TEMPLATE_DB}" WITH (FORCE)')
         conn.execute(f'CREATE DATABASE "{TEMPLATE_DB}"')
     url = with_database(pg_server, TEMPLATE_DB)
-    upgrade(url)
+    with entrance.bypasses_visible("migrations define the memory table"):
+        upgrade(url)
     return url
 
 

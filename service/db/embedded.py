@@ -138,6 +138,7 @@ def _stop_cluster(server: Any) -> None:
 def _keep_values_out_of_the_log(url: str) -> None:
     """Persist PRIVATE_LOG_SETTINGS (ALTER SYSTEM, so they hold from the next start on) and
     reload; wait until a new session sees them, so nothing logged after start() leaks."""
+    # visible: ok cluster admin: reads and sets pg_settings only
     with psycopg.connect(url, autocommit=True) as conn:
         current: dict[str, str] = dict(
             conn.execute(
@@ -152,6 +153,7 @@ def _keep_values_out_of_the_log(url: str) -> None:
         conn.execute("SELECT pg_reload_conf()")
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline:
+        # visible: ok cluster admin: reads one server setting only
         with psycopg.connect(url, autocommit=True) as conn:
             row = conn.execute("SELECT current_setting('log_error_verbosity')").fetchone()
         if row is not None and row[0] == "terse":

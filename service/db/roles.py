@@ -45,6 +45,7 @@ _LOGIN_PROBLEMS = text(
 def provision_app_login(owner_url: str, app_role: str, login: str = APP_LOGIN) -> str:
     """As the owner: make `login` (LOGIN, member of `app_role`, nothing else) if it is missing,
     and return the owner's URL with that user and no password."""
+    # visible: ok cluster admin: creates the app login, reads pg_roles only
     with psycopg.connect(owner_url, autocommit=True) as conn:
         if not conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (login,)).fetchone():
             conn.execute(

@@ -15,9 +15,11 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.db.models import Memory
-from service.policy.visible import Visible
+from service.policy.visible import Liveness, Visible
 
 _UUIDS = ARRAY(UUID)
+_EVERY_UNREVOKED = Liveness.any_version().with_expired()
+"""The write path's bookkeeping: a key's chain continues through closed and expired versions."""
 
 
 @dataclass(frozen=True)
@@ -85,7 +87,7 @@ async def newest_version(session: AsyncSession, scope: Visible, ref: KeyRef) -> 
     """The newest version of the key, closed or expired included: the next one continues it."""
     row = (
         await session.execute(
-            scope.select(Memory.id, Memory.version, include_superseded=True, include_expired=True)
+            scope.select(Memory.id, Memory.version, liveness=_EVERY_UNREVOKED)
             .where(*ref.conditions())
             .order_by(Memory.version.desc())
             .limit(1)
@@ -108,7 +110,7 @@ async def supersede_live(
     closed too, so the key has exactly one unclosed row. Valid time ends where the new version's
     begins (never before the old one's own start)."""
     closed = await session.scalars(
-        scope.update(include_expired=True)
+        scope.update(liveness=Liveness.live().with_expired())
         .where(*ref.conditions())
         .values(
             superseded_at=at,
@@ -126,7 +128,7 @@ async def relink_closed_head(
     """After the head of a key was deleted, its already-closed predecessor is the newest
     version; point it at the new one so the chain stays walkable (its times stay as they were)."""
     await session.execute(
-        scope.update(include_superseded=True, include_expired=True)
+        scope.update(liveness=_EVERY_UNREVOKED)
         .where(Memory.id == closed_id, Memory.superseded_by.is_(None))
         .values(superseded_by=new_id)
     )
@@ -146,7 +148,7 @@ async def readable_sources(
     """(id, space, read_requires) of the given memories the caller may read (any version)."""
     rows = await session.execute(
         scope.select(
-            Memory.id, Memory.space_id, Memory.read_requires, include_superseded=True
+            Memory.id, Memory.space_id, Memory.read_requires, liveness=Liveness.any_version()
         ).where(Memory.id.in_(ids))
     )
     return [(row[0], row[1], list(row[2])) for row in rows.all()]
@@ -154,7 +156,7 @@ async def readable_sources(
 
 async def get(session: AsyncSession, scope: Visible, memory_id: uuid.UUID) -> Memory | None:
     found: Memory | None = await session.scalar(
-        scope.select(Memory, include_superseded=True).where(Memory.id == memory_id)
+        scope.select(Memory, liveness=Liveness.any_version()).where(Memory.id == memory_id)
     )
     return found
 
@@ -392,7 +394,7 @@ async def key_of(session: AsyncSession, scope: Visible, memory_id: uuid.UUID) ->
                 Memory.kind,
                 Memory.key,
                 Memory.read_requires,
-                include_superseded=True,
+                liveness=Liveness.any_version(),
             ).where(Memory.id == memory_id)
         )
     ).one_or_none()
@@ -420,9 +422,9 @@ async def chain_links(
     """The neighbours of a version the caller may delete (None: no such version)."""
     row = (
         await session.execute(
-            scope.select(Memory.supersedes, Memory.superseded_by, include_superseded=True).where(
-                Memory.id == memory_id
-            )
+            scope.select(
+                Memory.supersedes, Memory.superseded_by, liveness=Liveness.any_version()
+            ).where(Memory.id == memory_id)
         )
     ).one_or_none()
     return ChainLinks(row.supersedes, row.superseded_by) if row else None
@@ -434,9 +436,7 @@ async def relinkable(session: AsyncSession, relink: Visible, ids: list[uuid.UUID
     if not ids:
         return True
     found = await session.scalar(
-        relink.select(func.count(), include_superseded=True, include_expired=True).where(
-            Memory.id.in_(ids)
-        )
+        relink.select(func.count(), liveness=_EVERY_UNREVOKED).where(Memory.id.in_(ids))
     )
     return int(found or 0) == len(ids)
 
@@ -458,7 +458,7 @@ async def delete(
     ).one_or_none()
     if deleted is None:
         return False
-    neighbours = relink.update(include_superseded=True, include_expired=True)
+    neighbours = relink.update(liveness=_EVERY_UNREVOKED)
     splices = []
     if deleted.supersedes is not None:
         splices.append(

@@ -5,7 +5,12 @@ principal holds `action` on AND every space in `read_requires` among them too, p
 It is SQL, applied before any ranking; nothing is filtered in Python afterwards. The allowed
 spaces are a subquery *inside* the statement, so grants and data are read in one snapshot and
 a search is one round trip. No grants means an empty array, which matches nothing: never "no
-filter". A structural test fails if any other module selects, updates or deletes memory rows.
+filter". Which versions a statement sees is one `Liveness` value; the predicate binds to the
+mapped class or to an alias or CTE (`on=`), so a history walk checks every hop.
+
+Two checks hold the entrance (docs/architecture.md, "The one entrance"): an AST lint over
+`service/` (tests/contract/test_visible_is_the_only_entrance.py) and, in the test harness, a
+check on every statement sent that a read of the memory table carries `VISIBLE_MARK`.
 
 The grants are the `space_grants` view over the compiled closures (service/policy/compile.py):
 every principal starts with read, write and delete in its personal space; rules add the rest.
@@ -15,13 +20,15 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
 from sqlalchemy import (
     ColumnElement,
     Delete,
+    FromClause,
     Select,
     Update,
     and_,
@@ -37,6 +44,7 @@ from sqlalchemy import update as sa_update
 from sqlalchemy.dialects.postgresql import ARRAY, UUID
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
+from sqlalchemy.orm.util import AliasedClass
 
 from service.auth.principal import Principal
 from service.db.models import Memory, Space, SpaceGrant
@@ -49,6 +57,109 @@ class Action(StrEnum):
     READ = "read"
     WRITE = "write"
     DELETE = "delete"
+
+
+VISIBLE_MARK = "/* memgate:visible */"
+"""A SQL comment every statement Visible builds carries, once per memory row source it reads
+(a prefix of its SELECT, UPDATE or DELETE). It is compiled into the cached statement and the
+server skips it, so it costs nothing; the test harness fails any statement that reads the
+memory table more times than it carries the mark (tests/fixtures/entrance.py)."""
+
+
+class _Versions(StrEnum):
+    CURRENT = "current"
+    ALL = "all"
+    AS_OF = "as_of"
+    KNOWN_AT = "known_at"
+
+
+@dataclass(frozen=True)
+class Liveness:
+    """Which versions of a memory a statement sees, as one value (the row's space and audience
+    are Visible's other half). Build it with a constructor:
+
+    - `live()`: the current version: not superseded (`superseded_at IS NULL`).
+    - `any_version()`: every version of the chain, superseded ones included.
+    - `as_of(t)`: valid time, "what was true at t": `valid_from <= t` and (`valid_until IS
+      NULL` or `t < valid_until`). Supersession sets `valid_until` to where the successor's
+      validity begins, so a chain answers at most one version per key for any `t`.
+    - `known_at(t)`: record time, "what did we hold at t": `recorded_at <= t` and
+      (`superseded_at IS NULL` or `t < superseded_at`). A deleted version is gone for every
+      `t` (delete removes the row).
+    - `including_revoked()`: every version, revoked ones too (reinstate must find its row).
+
+    Whatever the variant, a revoked row (`revoked_at IS NOT NULL`) is left out unless the value
+    came from `including_revoked()` (promise 7), and a row past its TTL (`expires_at <= now()`)
+    is left out unless `.with_expired()` says otherwise: expiry is judged now, not at `t`,
+    because an expired memory leaves every read at once. `with_expired()` is for the write
+    path's bookkeeping (the next version continues an expired chain), not for readers."""
+
+    versions: _Versions
+    at: datetime | None = None
+    expired: bool = False
+    """Rows past `expires_at` are included."""
+    revoked: bool = False
+    """Rows with `revoked_at` set are included."""
+
+    @classmethod
+    def live(cls) -> Liveness:
+        return cls(_Versions.CURRENT)
+
+    @classmethod
+    def any_version(cls) -> Liveness:
+        return cls(_Versions.ALL)
+
+    @classmethod
+    def including_revoked(cls) -> Liveness:
+        return cls(_Versions.ALL, revoked=True)
+
+    @classmethod
+    def as_of(cls, at: datetime) -> Liveness:
+        return cls(_Versions.AS_OF, _aware(at))
+
+    @classmethod
+    def known_at(cls, at: datetime) -> Liveness:
+        return cls(_Versions.KNOWN_AT, _aware(at))
+
+    def with_expired(self) -> Liveness:
+        return replace(self, expired=True)
+
+    def conditions(self, rows: Any) -> list[ColumnElement[bool]]:
+        """The SQL for this value over `rows` (anything with the memory columns as attributes:
+        the mapped class, an ORM alias, or a FromClause's `.c`)."""
+        conditions: list[ColumnElement[bool]] = []
+        if not self.revoked:
+            conditions.append(rows.revoked_at.is_(None))
+        if not self.expired:
+            conditions.append(or_(rows.expires_at.is_(None), rows.expires_at > func.now()))
+        at = self.at
+        if self.versions is _Versions.CURRENT:
+            conditions.append(rows.superseded_at.is_(None))
+        elif self.versions is _Versions.AS_OF:
+            conditions.append(rows.valid_from <= at)
+            conditions.append(or_(rows.valid_until.is_(None), rows.valid_until > at))
+        elif self.versions is _Versions.KNOWN_AT:
+            conditions.append(rows.recorded_at <= at)
+            conditions.append(or_(rows.superseded_at.is_(None), rows.superseded_at > at))
+        return conditions
+
+
+def _aware(at: datetime) -> datetime:
+    # A naive time would be read in the session's time zone: refuse the ambiguity.
+    if at.tzinfo is None or at.utcoffset() is None:
+        raise ValueError("a liveness time must carry its time zone")
+    return at
+
+
+LIVE = Liveness.live()
+
+MemoryRows = FromClause | AliasedClass[Memory] | type[Memory]
+"""Where a predicate reads the memory columns from: the mapped class (the default), an alias
+of it, or a FromClause holding the memory columns (a table alias, a CTE of memory rows)."""
+
+
+def _columns(rows: MemoryRows) -> Any:
+    return rows.c if isinstance(rows, FromClause) else rows
 
 
 @dataclass(frozen=True)
@@ -68,38 +179,39 @@ class Visible:
         """A fixed set of spaces (benchmarks, and jobs that snapshot their grants)."""
         return cls(tenant_id, action, cast(literal(list(space_ids), _UUID_ARRAY), _UUID_ARRAY))
 
-    def clause(
-        self, *, include_superseded: bool = False, include_expired: bool = False
-    ) -> ColumnElement[bool]:
+    def clause(self, liveness: Liveness = LIVE, *, on: MemoryRows = Memory) -> ColumnElement[bool]:
+        """The predicate over `on`'s columns. Only for statements `select` builds (it marks
+        them): a bare clause in a hand-made statement reads rows the harness cannot tell from
+        a bypass."""
+        rows = _columns(on)
         readable = self.allowed if self.readable is None else self.readable
         conditions: list[ColumnElement[bool]] = [
-            Memory.tenant_id == self.tenant_id,
-            Memory.space_id == any_(self.allowed),
-            Memory.read_requires.contained_by(readable),
-            Memory.revoked_at.is_(None),
+            rows.tenant_id == self.tenant_id,
+            rows.space_id == any_(self.allowed),
+            rows.read_requires.contained_by(readable),
         ]
         if self.readable is not None:
-            conditions.append(Memory.space_id == any_(readable))
-        if not include_superseded:
-            conditions.append(Memory.superseded_at.is_(None))
-        if not include_expired:
-            conditions.append(or_(Memory.expires_at.is_(None), Memory.expires_at > func.now()))
-        return and_(*conditions)
+            conditions.append(rows.space_id == any_(readable))
+        return and_(*conditions, *liveness.conditions(rows))
 
     def select(
-        self, *columns: Any, include_superseded: bool = False, include_expired: bool = False
+        self, *columns: Any, liveness: Liveness = LIVE, on: MemoryRows | None = None
     ) -> Select[Any]:
-        return sa_select(*columns).where(
-            self.clause(include_superseded=include_superseded, include_expired=include_expired)
-        )
+        """`SELECT columns FROM on WHERE <predicate>`, marked. `on` (an alias or CTE) binds the
+        predicate to that row source, so a recursive walk checks every hop; it becomes the
+        statement's first FROM item."""
+        statement = sa_select(*columns).prefix_with(VISIBLE_MARK)
+        if on is None:
+            return statement.where(self.clause(liveness))
+        return statement.select_from(on).where(self.clause(liveness, on=on))
 
-    def update(self, *, include_superseded: bool = False, include_expired: bool = False) -> Update:
-        return sa_update(Memory).where(
-            self.clause(include_superseded=include_superseded, include_expired=include_expired)
-        )
+    def update(self, *, liveness: Liveness = LIVE) -> Update:
+        return sa_update(Memory).prefix_with(VISIBLE_MARK).where(self.clause(liveness))
 
-    def delete(self) -> Delete:
-        return delete(Memory).where(self.clause(include_superseded=True))
+    def delete(self, *, liveness: Liveness | None = None) -> Delete:
+        """Any version may be deleted (not an expired or revoked one)."""
+        chosen = Liveness.any_version() if liveness is None else liveness
+        return delete(Memory).prefix_with(VISIBLE_MARK).where(self.clause(chosen))
 
 
 def visible(principal: Principal, action: Action) -> Visible:

@@ -13,6 +13,8 @@ from sqlalchemy.exc import DBAPIError
 
 from tests.fixtures.api import Agent, Api
 
+pytestmark = pytest.mark.bypasses_visible("row-level security alone, without Visible")
+
 _NAME = (
     "SELECT set_config('memgate.tenant_id', :tenant, true), "
     "set_config('memgate.principal_id', :principal, true)"

@@ -13,6 +13,7 @@ from sqlalchemy import text
 
 from service.auth.exchange import ACCESS_TOKEN_TYPE, TOKEN_EXCHANGE
 from tests.fixtures.api import MEMORY_SCOPES, Agent, Api
+from tests.fixtures.entrance import bypasses_visible
 from tests.integration.auth.forge import (
     assert_token_rejected,
     claims_for,
@@ -124,16 +125,17 @@ async def test_a_delegated_token_sees_what_both_may_see_and_nothing_else(api: Ap
     assert write.status_code in {403, 404}, write.text
 
     # Row-level security alone agrees: the pair's settings show the shared note only.
-    async with api.runtime.engine.begin() as conn:
-        await conn.execute(
-            text(
-                "SELECT set_config('memgate.tenant_id', :t, true), "
-                "set_config('memgate.principal_id', :p, true), "
-                "set_config('memgate.actor_id', :a, true)"
-            ),
-            {"t": api.tenant_id, "p": user.principal_id, "a": agent.principal_id},
-        )
-        seen = (await conn.execute(text("SELECT id FROM memories"))).scalars().all()
+    with bypasses_visible("row-level security alone, without Visible"):
+        async with api.runtime.engine.begin() as conn:
+            await conn.execute(
+                text(
+                    "SELECT set_config('memgate.tenant_id', :t, true), "
+                    "set_config('memgate.principal_id', :p, true), "
+                    "set_config('memgate.actor_id', :a, true)"
+                ),
+                {"t": api.tenant_id, "p": user.principal_id, "a": agent.principal_id},
+            )
+            seen = (await conn.execute(text("SELECT id FROM memories"))).scalars().all()
     assert {str(i) for i in seen} == {world["shared"]["id"]}
 
     # The audit row names the user as actor and the agent in the delegation chain.
