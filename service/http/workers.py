@@ -47,6 +47,7 @@ def connection_budget(owner_url: str) -> int | None:
     """Connections a new client may still open: max_connections less the reserved slots and the
     client connections open now. None when the server will not say (a pooler in front)."""
     try:
+        # visible: ok reads server settings and pg_stat_activity only
         with psycopg.connect(owner_url, autocommit=True) as conn:
             row = conn.execute(
                 "SELECT current_setting('max_connections')::int"

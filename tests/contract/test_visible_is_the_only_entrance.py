@@ -39,6 +39,7 @@ ESCAPES = {
     ("__main__.py", "cluster admin: creates the database, reads pg_database only"),
     ("db/embedded.py", "cluster admin: reads and sets pg_settings only"),
     ("db/embedded.py", "cluster admin: reads one server setting only"),
+    ("http/workers.py", "reads server settings and pg_stat_activity only"),
     ("db/roles.py", "cluster admin: creates the app login, reads pg_roles only"),
 }
 """Every `# visible: ok` in service/, by module and reason."""
