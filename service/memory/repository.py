@@ -73,28 +73,26 @@ async def lock_key(session: AsyncSession, ref: KeyRef) -> datetime:
     """Serialize writers and deleters of one key until commit, so versions form one linear chain
     instead of colliding on the live-key unique index; then return the wall clock *after* the
     lock. Stamping with that (not the transaction start) keeps a later version's times after
-    its predecessor's even when the two transactions began in the other order."""
+    its predecessor's even when the two transactions began in the other order. One statement:
+    its select list is evaluated left to right, so the clock is read once the lock is held."""
     lock_name = f"{ref.tenant_id}|{ref.space_id}|{ref.subject}|{ref.kind}|{ref.key}"
-    await session.execute(select(func.pg_advisory_xact_lock(func.hashtextextended(lock_name, 0))))
-    now = await session.scalar(select(func.clock_timestamp()))
+    locked = func.pg_advisory_xact_lock(func.hashtextextended(lock_name, 0))
+    row = (await session.execute(select(locked, func.clock_timestamp()))).one()
+    now = row[1]
     assert isinstance(now, datetime)
     return now
 
 
-async def newest_version(session: AsyncSession, scope: Visible, ref: KeyRef) -> Version | None:
-    """The newest version of the key, closed or expired included: the next one continues it."""
-    row = (
-        await session.execute(
-            scope.select(Memory.id, Memory.version, include_superseded=True, include_expired=True)
-            .where(*ref.conditions())
-            .order_by(Memory.version.desc())
-            .limit(1)
-        )
-    ).one_or_none()
-    return Version(row.id, row.version) if row else None
+@dataclass(frozen=True)
+class Supersession:
+    previous: Version | None
+    """The newest version of the key before this write, closed or expired included: the new
+    one continues it (`supersedes`, version + 1)."""
+    superseded: list[uuid.UUID]
+    """The live versions this write closed."""
 
 
-async def supersede_live(
+async def supersede(
     session: AsyncSession,
     scope: Visible,
     ref: KeyRef,
@@ -102,12 +100,34 @@ async def supersede_live(
     new_id: uuid.UUID,
     at: datetime,
     valid_from: datetime,
-) -> list[uuid.UUID]:
-    """Close the live version(s) of this key in this space only: supersession is by key and
-    scope, never by similarity, and never reaches into another space. Expired versions are
-    closed too, so the key has exactly one unclosed row. Valid time ends where the new version's
-    begins (never before the old one's own start)."""
-    closed = await session.scalars(
+) -> Supersession:
+    """Make room for a new version of the key, in one statement (the caller holds the key lock):
+
+    - read the newest version, closed or expired included: the new one continues it;
+    - close the live version(s) of this key in this space only: supersession is by key and
+      scope, never by similarity, and never reaches into another space. Expired versions are
+      closed too, so the key has exactly one unclosed row. Valid time ends where the new
+      version's begins (never before the old one's own start);
+    - if the newest version was already closed (the head of the key was deleted), point it at
+      the new one so the chain stays walkable (its times stay as they were).
+
+    All three parts read the same snapshot, taken before any of them writes, so the newest
+    version is the one before this write, and the close and the relink touch disjoint rows
+    (the close takes unclosed rows, the relink a closed one): no row is written twice."""
+    newest = (
+        scope.select(
+            Memory.id,
+            Memory.version,
+            Memory.superseded_at,
+            include_superseded=True,
+            include_expired=True,
+        )
+        .where(*ref.conditions())
+        .order_by(Memory.version.desc())
+        .limit(1)
+        .cte("newest")
+    )
+    closed = (
         scope.update(include_expired=True)
         .where(*ref.conditions())
         .values(
@@ -116,20 +136,26 @@ async def supersede_live(
             superseded_by=new_id,
         )
         .returning(Memory.id)
+        .cte("closed")
     )
-    return list(closed.all())
-
-
-async def relink_closed_head(
-    session: AsyncSession, scope: Visible, closed_id: uuid.UUID, new_id: uuid.UUID
-) -> None:
-    """After the head of a key was deleted, its already-closed predecessor is the newest
-    version; point it at the new one so the chain stays walkable (its times stay as they were)."""
-    await session.execute(
+    head_was_closed = select(newest.c.id).where(newest.c.superseded_at.is_not(None))
+    relinked = (
         scope.update(include_superseded=True, include_expired=True)
-        .where(Memory.id == closed_id, Memory.superseded_by.is_(None))
+        .where(Memory.id.in_(head_was_closed), Memory.superseded_by.is_(None))
         .values(superseded_by=new_id)
+        .returning(Memory.id)
+        .cte("relinked")
     )
+    statement = select(
+        select(newest.c.id).scalar_subquery(),
+        select(newest.c.version).scalar_subquery(),
+        select(func.array_agg(closed.c.id)).scalar_subquery(),
+        # Referenced so the statement reads its RETURNING; it runs to completion regardless.
+        select(func.count()).select_from(relinked).scalar_subquery(),
+    )
+    previous_id, previous_version, superseded, _ = (await session.execute(statement)).one()
+    previous = None if previous_id is None else Version(previous_id, previous_version)
+    return Supersession(previous, list(superseded or []))
 
 
 async def insert(session: AsyncSession, row: Memory) -> Memory:
@@ -485,6 +511,7 @@ __all__ = [
     "KeyRef",
     "MemoryFilters",
     "ReadCancelled",
+    "Supersession",
     "Version",
     "chain_links",
     "count",
@@ -494,12 +521,10 @@ __all__ = [
     "key_of",
     "list_page",
     "lock_key",
-    "newest_version",
     "read_budget",
-    "relink_closed_head",
     "relinkable",
     "search_approximate",
     "search_exact",
     "search_exact_within",
-    "supersede_live",
+    "supersede",
 ]

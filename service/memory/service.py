@@ -51,8 +51,8 @@ from service.policy.visible import (
     Action,
     Visible,
     granted_space_ids,
-    personal_space_id,
     visible,
+    write_targets,
 )
 from service.problems import BadCursor, InvalidRequest
 from service.settings import MemorySettings
@@ -88,16 +88,14 @@ class MemoryService:
         scope = visible(principal, Action.WRITE)
         [vector] = await self._embedder.embed([data.value])
         now = await repository.lock_key(self._session, ref)
-        previous = await repository.newest_version(self._session, scope, ref)
-        row = self._new_row(principal, data, ref, vector, now, previous)
-        row.derived_from, row.read_requires = list(dict.fromkeys(data.derived_from)), read_requires
-        superseded = await repository.supersede_live(
-            self._session, scope, ref, new_id=row.id, at=now, valid_from=row.valid_from
+        new_id, valid_from = uuid7(), data.valid_from or now
+        made = await repository.supersede(
+            self._session, scope, ref, new_id=new_id, at=now, valid_from=valid_from
         )
-        if previous is not None and previous.id not in superseded:
-            await repository.relink_closed_head(self._session, scope, previous.id, row.id)
+        row = self._new_row(principal, data, ref, vector, now, new_id, made.previous)
+        row.derived_from, row.read_requires = list(dict.fromkeys(data.derived_from)), read_requires
         row = await repository.insert(self._session, row)
-        return MemoryWritten(memory=to_out(row), superseded=superseded)
+        return MemoryWritten(memory=to_out(row), superseded=made.superseded)
 
     async def get(self, principal: Principal, memory_id: uuid.UUID) -> MemoryOut:
         scope = visible(principal, Action.READ)
@@ -308,21 +306,16 @@ class MemoryService:
         read-only one 403); by default the caller's personal space."""
         # Writing needs read too: a writer sees what it wrote (a new version returns its row,
         # and supersession reads the live one), and row-level security demands both.
-        readable = set(await granted_space_ids(self._session, principal, Action.READ))
-        writable = [
-            space
-            for space in await granted_space_ids(self._session, principal, Action.WRITE)
-            if space in readable
-        ]
+        targets = await write_targets(self._session, principal)
+        readable, writable = targets.readable, targets.writable
         if requested is not None:
             if requested in writable:
                 return requested
             if requested in readable:
                 raise SpaceReadOnly(f"You may read space {requested} but not write there.")
             raise SpaceNotFound(f"Space {requested} does not exist or is not writable by you.")
-        personal = await personal_space_id(self._session, principal)
-        if personal in writable:
-            return personal
+        if targets.personal is not None and targets.personal in writable:
+            return targets.personal
         if len(writable) == 1:
             return writable[0]
         if not writable:
@@ -356,11 +349,12 @@ class MemoryService:
         ref: KeyRef,
         vector: list[float],
         now: datetime,
+        new_id: uuid.UUID,
         previous: Version | None,
     ) -> Memory:
         return Memory(
             tenant_id=principal.tenant_id,
-            id=uuid7(),
+            id=new_id,
             space_id=ref.space_id,
             owner_id=principal.principal_id,
             writer_id=principal.principal_id,

@@ -150,13 +150,41 @@ def _granted_spaces(principal: Principal, action: Action) -> Select[uuid.UUID]:
     )
 
 
+@dataclass(frozen=True)
+class WriteTargets:
+    """Where a caller may put a memory: the spaces it reads, those it writes (a writer must
+    read too, so `writable` holds only readable spaces) and its personal space, if any."""
+
+    readable: frozenset[uuid.UUID]
+    writable: tuple[uuid.UUID, ...]
+    personal: uuid.UUID | None
+
+
+async def write_targets(session: AsyncSession, principal: Principal) -> WriteTargets:
+    """`granted_space_ids` for read and for write and `personal_space_id`, in one statement
+    (one snapshot, one round trip): the question "where may this caller write?" asked once."""
+    row = (
+        await session.execute(
+            sa_select(
+                _granted_array(principal, Action.READ),
+                _granted_array(principal, Action.WRITE),
+                _personal_space(principal).scalar_subquery(),
+            )
+        )
+    ).one()
+    reads = frozenset(row[0])
+    return WriteTargets(reads, tuple(s for s in row[1] if s in reads), row[2])
+
+
+def _personal_space(principal: Principal) -> Select[uuid.UUID]:
+    return sa_select(Space.id).where(
+        Space.tenant_id == principal.tenant_id,
+        Space.owner_id == principal.principal_id,
+        Space.kind == "personal",
+    )
+
+
 async def personal_space_id(session: AsyncSession, principal: Principal) -> uuid.UUID | None:
     """The caller's own space (where writes go unless they name another)."""
-    found: uuid.UUID | None = await session.scalar(
-        sa_select(Space.id).where(
-            Space.tenant_id == principal.tenant_id,
-            Space.owner_id == principal.principal_id,
-            Space.kind == "personal",
-        )
-    )
+    found: uuid.UUID | None = await session.scalar(_personal_space(principal))
     return found
