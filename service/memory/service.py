@@ -30,7 +30,7 @@ from service.memory.problems import (
     SpaceReadOnly,
     ValueTooLong,
 )
-from service.memory.repository import AnnTuning, KeyRef, MemoryFilters, Version
+from service.memory.repository import AnnTuning, Hit, KeyRef, MemoryFilters, MemoryRow, Version
 from service.memory.schemas import (
     CountGroup,
     GroupBy,
@@ -73,6 +73,8 @@ class MemoryService:
         self._session = session
         self._embedder = embedder
         self._limits = limits
+        self._budget: repository.ReadBudget | None = None
+        """The read budget of the block being run (`_read_budget`), for its last statement."""
 
     async def write(self, principal: Principal, data: MemoryCreate) -> MemoryWritten:
         self._check_value(data)
@@ -181,7 +183,7 @@ class MemoryService:
         filters: MemoryFilters,
         k: int,
         min_score: float | None,
-    ) -> tuple[list[tuple[Memory, float]], Literal["exact", "approximate"]]:
+    ) -> tuple[list[Hit], Literal["exact", "approximate"]]:
         """The path per query, by the size of the caller's visible set: up to
         `exact_search_max_rows` rows every one is ranked (complete and exact by construction);
         beyond, the HNSW walk answers if it found k rows and every one clears the score floor.
@@ -198,6 +200,7 @@ class MemoryService:
             min_score=min_score,
             size_limit=limit,
             count_limit=cap,
+            budget=self._budget,
         )
         if isinstance(exact, list):
             return exact, "exact"
@@ -258,7 +261,7 @@ class MemoryService:
         answers `problem`, saying what to change, and the aborted transaction keeps nothing."""
         budget = self._limits.read_statement_timeout_ms
         try:
-            async with repository.read_budget(self._session, budget):
+            async with repository.read_budget(self._session, budget) as self._budget:
                 yield
         except repository.ReadCancelled:
             raise problem(
@@ -268,6 +271,8 @@ class MemoryService:
                 + ". Nothing was changed.",
                 timeout_ms=budget,
             ) from None
+        finally:
+            self._budget = None
 
     def _check_value(self, data: MemoryCreate) -> None:
         if len(data.value) > self._limits.max_value_chars:
@@ -434,7 +439,7 @@ def not_found_detail(memory_id: uuid.UUID) -> str:
     return f"No memory {memory_id} is visible to you."
 
 
-def status_of(row: Memory) -> Status:
+def status_of(row: MemoryRow) -> Status:
     if row.superseded_at is not None:
         return "superseded"
     if row.expires_at is not None and row.expires_at <= datetime.now(UTC):
@@ -442,7 +447,7 @@ def status_of(row: Memory) -> Status:
     return "live"
 
 
-def to_out(row: Memory) -> MemoryOut:
+def to_out(row: MemoryRow) -> MemoryOut:
     return MemoryOut(
         id=row.id,
         space_id=row.space_id,

@@ -22,6 +22,7 @@ from typing import Any
 from sqlalchemy import (
     ColumnElement,
     Delete,
+    ScalarSelect,
     Select,
     Update,
     and_,
@@ -100,6 +101,29 @@ class Visible:
 
     def delete(self) -> Delete:
         return delete(Memory).where(self.clause(include_superseded=True))
+
+
+def live_rows_up_to(
+    scope: Visible, limit: int, *conditions: ColumnElement[bool]
+) -> ScalarSelect[int]:
+    """How many live rows (neither superseded nor revoked) lie in the spaces `scope` allows and
+    match `conditions`, counted no further than `limit`: an upper bound of the rows the caller
+    sees, read from the narrow index `ix_memories_visible_count` without testing each row's
+    `read_requires` or expiry (that per-row test is most of what counting the visible rows
+    costs). For choosing a search path only; never a number anyone is shown or refused by."""
+    capped = (
+        sa_select(literal(1))
+        .where(
+            Memory.tenant_id == scope.tenant_id,
+            Memory.space_id == any_(scope.allowed),
+            Memory.superseded_at.is_(None),
+            Memory.revoked_at.is_(None),
+            *conditions,
+        )
+        .limit(limit)
+        .subquery()
+    )
+    return sa_select(func.count()).select_from(capped).scalar_subquery()
 
 
 def visible(principal: Principal, action: Action) -> Visible:

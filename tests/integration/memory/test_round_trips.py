@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.audit.trail import AuditTrail
 from service.auth.principal import Principal
-from service.memory.schemas import MemoryCreate
+from service.memory.schemas import MemoryCreate, SearchRequest
 from service.memory.service import MemoryService
 from tests.fixtures.api import Agent, Api
 
@@ -72,3 +72,16 @@ async def test_a_fresh_key_is_written_in_four_statements_too(api: Api) -> None:
         written = await service.write(caller, data)
         assert (written.memory.version, written.superseded) == (1, [])
         assert len(sent) == 4, sent
+
+
+async def test_a_search_sends_two_statements(api: Api) -> None:
+    """The read budget, then one statement that ranks, fetches the answer and restores the
+    budget for whatever the call runs next."""
+    alice = await api.new_agent("alice")
+    for n in range(12):
+        await api.remember(alice, key=f"k{n}", value=f"billing fact number {n}")
+    caller = _caller(api, alice)
+    async with _service(api, caller) as (service, sent):
+        found = await service.search(caller, SearchRequest(query="billing fact", k=10))
+        assert len(found.hits) == 10
+        assert len(sent) == 2, sent
