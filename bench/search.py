@@ -33,11 +33,11 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from bench.corpus import sentences
 from bench.database import bench_database
 from service.calls import Facts
-from service.db.models import Memory
 from service.db.session import create_engine, create_sessionmaker
 from service.embeddings.wordllama import WordLlamaEmbedder
 from service.memory.repository import (
     AnnTuning,
+    Hit,
     MemoryFilters,
     search_approximate,
     search_exact,
@@ -147,7 +147,7 @@ def _strategies(tenant: uuid.UUID, allowed: tuple[uuid.UUID, ...], k: int) -> di
     tuning = AnnTuning(limits.ann_ef_search, limits.ann_max_scan_tuples)
     no_filters = MemoryFilters()
 
-    def as_hits(rows: Sequence[tuple[Memory, float]]) -> Hits:
+    def as_hits(rows: Sequence[Hit]) -> Hits:
         return [(row.id, 1.0 - score) for row, score in rows]
 
     async def exact(session: AsyncSession, q: list[float]) -> tuple[Hits, str]:

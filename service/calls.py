@@ -147,6 +147,12 @@ class Call:
     _naming: dict[str, str] | None = None
     """What the transaction names for row-level security when it begins."""
 
+    def __post_init__(self) -> None:
+        if self.caller is not None:  # made for a known caller (jobs, tests): name it
+            self._naming = _naming_of(
+                self.caller.tenant_id, self.caller.principal_id, self.caller.actor_id
+            )
+
     def identify(self, caller: Principal, token: VerifiedToken) -> None:
         """The authenticated caller (before the first statement: RLS is named from it)."""
         self.caller, self.token = caller, token

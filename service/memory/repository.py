@@ -7,15 +7,27 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
+from typing import cast as cast_type
 
-from sqlalchemy import ColumnElement, ScalarSelect, Select, cast, func, literal, select
+from sqlalchemy import (
+    CTE,
+    ColumnElement,
+    Row,
+    ScalarSelect,
+    Select,
+    and_,
+    cast,
+    func,
+    literal,
+    select,
+)
 from sqlalchemy.dialects.postgresql import ARRAY, UUID
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.db.models import Memory
-from service.policy.visible import Liveness, Visible
+from service.policy.visible import Liveness, Visible, live_rows_up_to
 
 _UUIDS = ARRAY(UUID)
 _EVERY_UNREVOKED = Liveness.any_version().with_expired()
@@ -40,6 +52,88 @@ class MemoryFilters:
 
 
 GROUPABLE = {"kind": Memory.kind, "space": Memory.space_id, "subject": Memory.subject}
+
+ANSWER = (
+    Memory.id,
+    Memory.space_id,
+    Memory.subject,
+    Memory.kind,
+    Memory.key,
+    Memory.value,
+    Memory.valid_from,
+    Memory.valid_until,
+    Memory.expires_at,
+    Memory.superseded_at,
+    Memory.supersedes,
+    Memory.superseded_by,
+    Memory.metadata_,
+    Memory.version,
+    Memory.writer_id,
+    Memory.client_id,
+    Memory.act,
+    Memory.source,
+    Memory.recorded_at,
+    Memory.derived_from,
+    Memory.embedding_model,
+)
+"""The columns a search hit shows (service.memory.service.to_out): not the vector, the
+lexemes or the content hash, which are the widest and which the answer never carries."""
+
+
+class MemoryRow(Protocol):
+    """What an answer is built from: a `Memory` entity, or a Core row of `ANSWER`."""
+
+    @property
+    def id(self) -> uuid.UUID: ...
+    @property
+    def space_id(self) -> uuid.UUID: ...
+    @property
+    def subject(self) -> str: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def key(self) -> str: ...
+    @property
+    def value(self) -> str: ...
+    @property
+    def valid_from(self) -> datetime: ...
+    @property
+    def valid_until(self) -> datetime | None: ...
+    @property
+    def expires_at(self) -> datetime | None: ...
+    @property
+    def superseded_at(self) -> datetime | None: ...
+    @property
+    def supersedes(self) -> uuid.UUID | None: ...
+    @property
+    def superseded_by(self) -> uuid.UUID | None: ...
+    @property
+    def metadata_(self) -> dict[str, Any]: ...
+    @property
+    def version(self) -> int: ...
+    @property
+    def writer_id(self) -> uuid.UUID: ...
+    @property
+    def client_id(self) -> str: ...
+    @property
+    def act(self) -> dict[str, Any] | None: ...
+    @property
+    def source(self) -> str | None: ...
+    @property
+    def recorded_at(self) -> datetime: ...
+    @property
+    def derived_from(self) -> list[uuid.UUID]: ...
+    @property
+    def embedding_model(self) -> str: ...
+
+
+Hit = tuple[MemoryRow, float]
+"""A search hit: the row and its score (cosine similarity)."""
+
+
+def cast_row(row: Row[Any]) -> MemoryRow:
+    # A Core row of ANSWER has every attribute of MemoryRow by name (mypy cannot see it).
+    return cast_type(MemoryRow, row)
 
 
 @dataclass(frozen=True)
@@ -75,28 +169,26 @@ async def lock_key(session: AsyncSession, ref: KeyRef) -> datetime:
     """Serialize writers and deleters of one key until commit, so versions form one linear chain
     instead of colliding on the live-key unique index; then return the wall clock *after* the
     lock. Stamping with that (not the transaction start) keeps a later version's times after
-    its predecessor's even when the two transactions began in the other order."""
+    its predecessor's even when the two transactions began in the other order. One statement:
+    its select list is evaluated left to right, so the clock is read once the lock is held."""
     lock_name = f"{ref.tenant_id}|{ref.space_id}|{ref.subject}|{ref.kind}|{ref.key}"
-    await session.execute(select(func.pg_advisory_xact_lock(func.hashtextextended(lock_name, 0))))
-    now = await session.scalar(select(func.clock_timestamp()))
+    locked = func.pg_advisory_xact_lock(func.hashtextextended(lock_name, 0))
+    row = (await session.execute(select(locked, func.clock_timestamp()))).one()
+    now = row[1]
     assert isinstance(now, datetime)
     return now
 
 
-async def newest_version(session: AsyncSession, scope: Visible, ref: KeyRef) -> Version | None:
-    """The newest version of the key, closed or expired included: the next one continues it."""
-    row = (
-        await session.execute(
-            scope.select(Memory.id, Memory.version, liveness=_EVERY_UNREVOKED)
-            .where(*ref.conditions())
-            .order_by(Memory.version.desc())
-            .limit(1)
-        )
-    ).one_or_none()
-    return Version(row.id, row.version) if row else None
+@dataclass(frozen=True)
+class Supersession:
+    previous: Version | None
+    """The newest version of the key before this write, closed or expired included: the new
+    one continues it (`supersedes`, version + 1)."""
+    superseded: list[uuid.UUID]
+    """The live versions this write closed."""
 
 
-async def supersede_live(
+async def supersede(
     session: AsyncSession,
     scope: Visible,
     ref: KeyRef,
@@ -104,12 +196,33 @@ async def supersede_live(
     new_id: uuid.UUID,
     at: datetime,
     valid_from: datetime,
-) -> list[uuid.UUID]:
-    """Close the live version(s) of this key in this space only: supersession is by key and
-    scope, never by similarity, and never reaches into another space. Expired versions are
-    closed too, so the key has exactly one unclosed row. Valid time ends where the new version's
-    begins (never before the old one's own start)."""
-    closed = await session.scalars(
+) -> Supersession:
+    """Make room for a new version of the key, in one statement (the caller holds the key lock):
+
+    - read the newest version, closed or expired included: the new one continues it;
+    - close the live version(s) of this key in this space only: supersession is by key and
+      scope, never by similarity, and never reaches into another space. Expired versions are
+      closed too, so the key has exactly one unclosed row. Valid time ends where the new
+      version's begins (never before the old one's own start);
+    - if the newest version was already closed (the head of the key was deleted), point it at
+      the new one so the chain stays walkable (its times stay as they were).
+
+    All three parts read the same snapshot, taken before any of them writes, so the newest
+    version is the one before this write, and the close and the relink touch disjoint rows
+    (the close takes unclosed rows, the relink a closed one): no row is written twice."""
+    newest = (
+        scope.select(
+            Memory.id,
+            Memory.version,
+            Memory.superseded_at,
+            liveness=_EVERY_UNREVOKED,
+        )
+        .where(*ref.conditions())
+        .order_by(Memory.version.desc())
+        .limit(1)
+        .cte("newest")
+    )
+    closed = (
         scope.update(liveness=Liveness.live().with_expired())
         .where(*ref.conditions())
         .values(
@@ -118,20 +231,26 @@ async def supersede_live(
             superseded_by=new_id,
         )
         .returning(Memory.id)
+        .cte("closed")
     )
-    return list(closed.all())
-
-
-async def relink_closed_head(
-    session: AsyncSession, scope: Visible, closed_id: uuid.UUID, new_id: uuid.UUID
-) -> None:
-    """After the head of a key was deleted, its already-closed predecessor is the newest
-    version; point it at the new one so the chain stays walkable (its times stay as they were)."""
-    await session.execute(
+    head_was_closed = select(newest.c.id).where(newest.c.superseded_at.is_not(None))
+    relinked = (
         scope.update(liveness=_EVERY_UNREVOKED)
-        .where(Memory.id == closed_id, Memory.superseded_by.is_(None))
+        .where(Memory.id.in_(head_was_closed), Memory.superseded_by.is_(None))
         .values(superseded_by=new_id)
+        .returning(Memory.id)
+        .cte("relinked")
     )
+    statement = select(
+        select(newest.c.id).scalar_subquery(),
+        select(newest.c.version).scalar_subquery(),
+        select(func.array_agg(closed.c.id)).scalar_subquery(),
+        # Referenced so the statement reads its RETURNING; it runs to completion regardless.
+        select(func.count()).select_from(relinked).scalar_subquery(),
+    )
+    previous_id, previous_version, superseded, _ = (await session.execute(statement)).one()
+    previous = None if previous_id is None else Version(previous_id, previous_version)
+    return Supersession(previous, list(superseded or []))
 
 
 async def insert(session: AsyncSession, row: Memory) -> Memory:
@@ -222,22 +341,40 @@ class ReadCancelled(Exception):
 _QUERY_CANCELED = "57014"
 
 
+@dataclass
+class ReadBudget:
+    """The statement timeout a block of reads runs under, and the one to restore after it."""
+
+    before: str
+    restored: bool = False
+
+    def restoring(self) -> ColumnElement[str]:
+        """A column that restores the previous timeout, for the block's *last* statement: the
+        statement's own timer was armed with the budget when it began, so this bounds only
+        what follows. Mark `restored` once that statement has returned a row (a select list
+        is evaluated only for rows that come back)."""
+        return func.set_config("statement_timeout", self.before, True)
+
+
 @asynccontextmanager
-async def read_budget(session: AsyncSession, timeout_ms: int) -> AsyncIterator[None]:
+async def read_budget(session: AsyncSession, timeout_ms: int) -> AsyncIterator[ReadBudget]:
     """Run the reads inside under a `statement_timeout` of `timeout_ms` (transaction-local),
     then restore the previous one, so the audit append and commit that follow are not held to
-    a read's budget. A cancelled read raises `ReadCancelled` (the database's words stay out)."""
+    a read's budget: in the reads' last statement when it can (`ReadBudget.restoring`), else
+    in one more. A cancelled read raises `ReadCancelled` (the database's words stay out)."""
     before = await _set_local(
         session, {"statement_timeout": f"{timeout_ms}ms"}, answering="statement_timeout"
     )
+    budget = ReadBudget(before)
     try:
-        yield
+        yield budget
     except DBAPIError as exc:
         if getattr(exc.orig, "sqlstate", None) == _QUERY_CANCELED:
             raise ReadCancelled from None
         raise
     # (A cancelled statement aborts the transaction, so there is nothing to restore then.)
-    await _set_local(session, {"statement_timeout": before}, answering="statement_timeout")
+    if not budget.restored:
+        await _set_local(session, {"statement_timeout": before}, answering="statement_timeout")
 
 
 @dataclass(frozen=True)
@@ -254,7 +391,7 @@ async def search_approximate(
     *,
     k: int,
     tuning: AnnTuning,
-) -> list[tuple[Memory, float]]:
+) -> list[Hit]:
     """Approximate pre-filtered kNN: walk the HNSW index (ix_memories_embedding_hnsw) nearest
     first with pgvector's iterative scan in strict order, keeping rows that pass Visible, until
     k are found or `max_scan_tuples` are spent (then fewer than k come back), and re-sort them
@@ -263,7 +400,7 @@ async def search_approximate(
 
     Sorting is disabled for this one statement so the k nearest can only come from the index
     walk, never from a sort of every visible row; it is restored before anything else runs in
-    the transaction."""
+    the transaction (by the walk itself when it answers: one round trip less)."""
     distance = Memory.embedding.cosine_distance(query_vector)
     nearest = (
         scope.select(Memory.id.label("id"), distance.label("distance"))
@@ -273,11 +410,6 @@ async def search_approximate(
         .cte("nearest")
         .prefix_with("MATERIALIZED")
     )
-    statement = (
-        scope.select(Memory, (1.0 - nearest.c.distance).label("score"))
-        .join(nearest, nearest.c.id == Memory.id)
-        .order_by(nearest.c.distance, Memory.id)
-    )
     walk = {
         "hnsw.iterative_scan": "strict_order",
         "hnsw.ef_search": str(tuning.ef_search),
@@ -285,10 +417,14 @@ async def search_approximate(
         "enable_sort": "off",
     }
     sorting = await _set_local(session, walk, answering="enable_sort")
-    rows = (await session.execute(statement)).all()
+    # The walk itself turns sorting back on: the planner read the setting before the
+    # statement ran, so this changes only what runs after it.
+    restore = func.set_config("enable_sort", sorting, True)
+    rows = (await session.execute(_fetch(scope, nearest, restore))).all()
     # (A failed statement aborts the transaction, so there is nothing to restore then.)
-    await _set_local(session, {"enable_sort": sorting}, answering="enable_sort")
-    return [(row[0], float(row[1])) for row in rows]
+    if not rows:  # a select list is evaluated only for the rows that come back
+        await _set_local(session, {"enable_sort": sorting}, answering="enable_sort")
+    return _hits(rows)
 
 
 async def _set_local(session: AsyncSession, settings: dict[str, str], *, answering: str) -> str:
@@ -307,17 +443,13 @@ async def search_exact(
     *,
     k: int,
     min_score: float | None,
-) -> list[tuple[Memory, float]]:
-    """Exact pre-filtered kNN in one statement: the inner query scores only visible rows (an
-    index-only scan of the covering index when no filter needs the heap), the middle one ranks
-    them, the outer one fetches the k winners. Complete by construction: if k visible rows
-    exist, k come back.
-
-    The scoring CTE is MATERIALIZED so `ORDER BY distance LIMIT k` can never be pushed into the
-    scan: an ANN index (HNSW, IVFFlat) on `embedding` would otherwise rank the nearest rows of
-    the whole table first and filter after, answering fewer than k (often zero) hits."""
-    statement = _exact(scope, query_vector, filters, k=k, min_score=min_score, size_limit=None)
-    return [(row[0], float(row[1])) for row in (await session.execute(statement)).all()]
+) -> list[Hit]:
+    """Exact pre-filtered kNN in one statement: the k nearest visible rows by a top-N sort
+    over an index-only scan of the covering index (when no filter needs the heap), then the
+    answer's columns of those k by primary key. Complete by construction: if k visible rows
+    exist, k come back."""
+    statement = _exact(scope, query_vector, filters, k=k, min_score=min_score)
+    return _hits((await session.execute(statement)).all())
 
 
 async def search_exact_within(
@@ -330,25 +462,43 @@ async def search_exact_within(
     min_score: float | None,
     size_limit: int,
     count_limit: int,
-) -> list[tuple[Memory, float]] | int:
-    """`search_exact` if the caller sees at most `size_limit` rows; else how many rows it sees,
-    counted up to `count_limit` + 1 (nothing ranked: the caller takes the approximate path, or
-    refuses a search that covers more than `count_limit`). The same statement counts the
-    visible rows first (at most `size_limit` + 1, index-only on the narrow count index), so the
-    choice costs no round trip. Only an empty answer costs more: one count to tell "nothing
-    matches" from "too many to rank"."""
+    budget: ReadBudget | None = None,
+) -> list[Hit] | int:
+    """`search_exact` if the caller's spaces hold at most `size_limit` live rows; else how many
+    rows the caller sees, counted up to `count_limit` + 1 (nothing ranked: the caller takes the
+    approximate path, or refuses a search that covers more than `count_limit`).
+
+    The same statement sizes the set first, on the narrow count index and no further than
+    `size_limit` + 1, and skips the ranking when it is too large, so the choice costs no round
+    trip; the size is an upper bound (`live_rows_up_to`: rows the caller may not read count),
+    which only ever sends a search to the approximate path, whose exact fallback keeps it
+    complete. A `budget` is restored by this statement when it answers. Only an empty answer
+    costs one statement more: it tells "nothing matches" from "too large to rank" and counts
+    what the caller really sees, for the cap."""
+    restore = None if budget is None else budget.restoring()
     statement = _exact(
-        scope, query_vector, filters, k=k, min_score=min_score, size_limit=size_limit
+        scope,
+        query_vector,
+        filters,
+        k=k,
+        min_score=min_score,
+        size_limit=size_limit,
+        restore=restore,
     )
-    hits = [(row[0], float(row[1])) for row in (await session.execute(statement)).all()]
+    hits = _hits((await session.execute(statement)).all())
     if hits:
+        if budget is not None:
+            budget.restored = True
         return hits
     # Nothing came back: nothing is visible, or a score floor cut everything, or the set was
-    # too large to rank. One count (stopping past `count_limit`) tells them apart and sizes a
-    # large set, whatever the walk would find.
+    # too large to rank. One statement tells them apart and sizes a large set (stopping past
+    # `count_limit`), whatever the walk would find.
     limit = max(size_limit, count_limit) + 1
-    counted = int(await session.scalar(select(_visible_rows_up_to(scope, filters, limit))) or 0)
-    return hits if counted <= size_limit else counted
+    bound = live_rows_up_to(scope, size_limit + 1, *filters.conditions())
+    sized = select(bound, _visible_rows_up_to(scope, filters, limit))
+    upper, counted = (await session.execute(sized)).one()
+    ranked = int(upper) <= size_limit
+    return hits if ranked or int(counted) == 0 else int(counted)
 
 
 def _exact(
@@ -358,8 +508,18 @@ def _exact(
     *,
     k: int,
     min_score: float | None,
-    size_limit: int | None,
+    size_limit: int | None = None,
+    restore: ColumnElement[str] | None = None,
 ) -> Select[Any]:
+    """`ORDER BY distance LIMIT k` over the visible rows, the plan a hand-written query gets
+    (a top-N heapsort over the tenant's covering index), then a join on the primary key for
+    the answer's columns of the k winners.
+
+    The scored rows sit behind `OFFSET 0`, which keeps them a subquery the planner does not
+    flatten: the ordering can then never be pushed into the scan, where an ANN index (HNSW,
+    IVFFlat) on `embedding` would rank the nearest rows of the whole table first and filter
+    after, answering fewer than k (often zero) hits. Unlike a materialized CTE over every
+    visible row, the fence stores nothing."""
     distance = Memory.embedding.cosine_distance(query_vector)
     scored = scope.select(Memory.id.label("id"), distance.label("distance")).where(
         *filters.conditions()
@@ -368,20 +528,32 @@ def _exact(
         scored = scored.where(distance <= 1.0 - min_score)
     if size_limit is not None:
         # An uncorrelated condition: evaluated once, before the scan, which it can skip.
-        scored = scored.where(_visible_rows_up_to(scope, filters, size_limit + 1) <= size_limit)
-    scored_cte = scored.cte("scored").prefix_with("MATERIALIZED")
-    ranked_cte = (
-        select(scored_cte.c.id, scored_cte.c.distance)
-        .order_by(scored_cte.c.distance, scored_cte.c.id)
+        bound = live_rows_up_to(scope, size_limit + 1, *filters.conditions())
+        scored = scored.where(bound <= size_limit)
+    fenced = scored.offset(0).subquery("scored")
+    ranked = (
+        select(fenced.c.id, fenced.c.distance)
+        .order_by(fenced.c.distance, fenced.c.id)
         .limit(k)
         .cte("ranked")
         .prefix_with("MATERIALIZED")
     )
+    return _fetch(scope, ranked, restore)
+
+
+def _fetch(scope: Visible, ranked: CTE, restore: ColumnElement[str] | None = None) -> Select[Any]:
+    """The answer's columns of the ranked rows, nearest first, by primary key (the Visible
+    predicate again, a recheck of k rows), as Core rows: no ORM entity is built."""
+    extra = () if restore is None else (restore.label("restored"),)
     return (
-        scope.select(Memory, (1.0 - ranked_cte.c.distance).label("score"))
-        .join(ranked_cte, ranked_cte.c.id == Memory.id)
-        .order_by(ranked_cte.c.distance, Memory.id)
+        scope.select(*ANSWER, (1.0 - ranked.c.distance).label("score"), *extra)
+        .join(ranked, and_(Memory.tenant_id == scope.tenant_id, Memory.id == ranked.c.id))
+        .order_by(ranked.c.distance, Memory.id)
     )
+
+
+def _hits(rows: Sequence[Row[Any]]) -> list[Hit]:
+    return [(cast_row(row), float(row.score)) for row in rows]
 
 
 async def key_of(session: AsyncSession, scope: Visible, memory_id: uuid.UUID) -> KeyRef | None:
@@ -479,12 +651,17 @@ async def delete(
 
 
 __all__ = [
+    "ANSWER",
     "GROUPABLE",
     "AnnTuning",
     "ChainLinks",
+    "Hit",
     "KeyRef",
     "MemoryFilters",
+    "MemoryRow",
+    "ReadBudget",
     "ReadCancelled",
+    "Supersession",
     "Version",
     "chain_links",
     "count",
@@ -494,12 +671,10 @@ __all__ = [
     "key_of",
     "list_page",
     "lock_key",
-    "newest_version",
     "read_budget",
-    "relink_closed_head",
     "relinkable",
     "search_approximate",
     "search_exact",
     "search_exact_within",
-    "supersede_live",
+    "supersede",
 ]

@@ -31,7 +31,7 @@ from service.memory.problems import (
     SpaceReadOnly,
     ValueTooLong,
 )
-from service.memory.repository import AnnTuning, KeyRef, MemoryFilters, Version
+from service.memory.repository import AnnTuning, Hit, KeyRef, MemoryFilters, MemoryRow, Version
 from service.memory.schemas import (
     CountGroup,
     GroupBy,
@@ -52,8 +52,8 @@ from service.policy.visible import (
     Action,
     Visible,
     granted_space_ids,
-    personal_space_id,
     visible,
+    write_targets,
 )
 from service.problems import BadCursor, InvalidRequest
 from service.settings import MemorySettings
@@ -78,6 +78,8 @@ class MemoryService:
         self._facts = facts
         self._embedder = embedder
         self._limits = limits
+        self._budget: repository.ReadBudget | None = None
+        """The read budget of the block being run (`_read_budget`), for its last statement."""
 
     async def write(self, principal: Principal, data: MemoryCreate) -> MemoryWritten:
         self._check_value(data)
@@ -93,17 +95,15 @@ class MemoryService:
         scope = visible(principal, Action.WRITE)
         [vector] = await self._embedder.embed([data.value])
         now = await repository.lock_key(self._session, ref)
-        previous = await repository.newest_version(self._session, scope, ref)
-        row = self._new_row(principal, data, ref, vector, now, previous)
-        row.derived_from, row.read_requires = list(dict.fromkeys(data.derived_from)), read_requires
-        superseded = await repository.supersede_live(
-            self._session, scope, ref, new_id=row.id, at=now, valid_from=row.valid_from
+        new_id, valid_from = uuid7(), data.valid_from or now
+        made = await repository.supersede(
+            self._session, scope, ref, new_id=new_id, at=now, valid_from=valid_from
         )
-        if previous is not None and previous.id not in superseded:
-            await repository.relink_closed_head(self._session, scope, previous.id, row.id)
+        row = self._new_row(principal, data, ref, vector, now, new_id, made.previous)
+        row.derived_from, row.read_requires = list(dict.fromkeys(data.derived_from)), read_requires
         row = await repository.insert(self._session, row)
-        self._facts.add_targets([row.id, *superseded])
-        return MemoryWritten(memory=to_out(row), superseded=superseded)
+        self._facts.add_targets([row.id, *made.superseded])
+        return MemoryWritten(memory=to_out(row), superseded=made.superseded)
 
     async def get(self, principal: Principal, memory_id: uuid.UUID) -> MemoryOut:
         scope = visible(principal, Action.READ)
@@ -193,7 +193,7 @@ class MemoryService:
         filters: MemoryFilters,
         k: int,
         min_score: float | None,
-    ) -> tuple[list[tuple[Memory, float]], Literal["exact", "approximate"]]:
+    ) -> tuple[list[Hit], Literal["exact", "approximate"]]:
         """The path per query, by the size of the caller's visible set: up to
         `exact_search_max_rows` rows every one is ranked (complete and exact by construction);
         beyond, the HNSW walk answers if it found k rows and every one clears the score floor.
@@ -210,6 +210,7 @@ class MemoryService:
             min_score=min_score,
             size_limit=limit,
             count_limit=cap,
+            budget=self._budget,
         )
         if isinstance(exact, list):
             return exact, "exact"
@@ -270,7 +271,7 @@ class MemoryService:
         answers `problem`, saying what to change, and the aborted transaction keeps nothing."""
         budget = self._limits.read_statement_timeout_ms
         try:
-            async with repository.read_budget(self._session, budget):
+            async with repository.read_budget(self._session, budget) as self._budget:
                 yield
         except repository.ReadCancelled:
             raise problem(
@@ -280,6 +281,8 @@ class MemoryService:
                 + ". Nothing was changed.",
                 timeout_ms=budget,
             ) from None
+        finally:
+            self._budget = None
 
     def _check_value(self, data: MemoryCreate) -> None:
         if len(data.value) > self._limits.max_value_chars:
@@ -318,21 +321,16 @@ class MemoryService:
         read-only one 403); by default the caller's personal space."""
         # Writing needs read too: a writer sees what it wrote (a new version returns its row,
         # and supersession reads the live one), and row-level security demands both.
-        readable = set(await granted_space_ids(self._session, principal, Action.READ))
-        writable = [
-            space
-            for space in await granted_space_ids(self._session, principal, Action.WRITE)
-            if space in readable
-        ]
+        targets = await write_targets(self._session, principal)
+        readable, writable = targets.readable, targets.writable
         if requested is not None:
             if requested in writable:
                 return requested
             if requested in readable:
                 raise SpaceReadOnly(f"You may read space {requested} but not write there.")
             raise SpaceNotFound(f"Space {requested} does not exist or is not writable by you.")
-        personal = await personal_space_id(self._session, principal)
-        if personal in writable:
-            return personal
+        if targets.personal is not None and targets.personal in writable:
+            return targets.personal
         if len(writable) == 1:
             return writable[0]
         if not writable:
@@ -366,11 +364,12 @@ class MemoryService:
         ref: KeyRef,
         vector: list[float],
         now: datetime,
+        new_id: uuid.UUID,
         previous: Version | None,
     ) -> Memory:
         return Memory(
             tenant_id=principal.tenant_id,
-            id=uuid7(),
+            id=new_id,
             space_id=ref.space_id,
             owner_id=principal.principal_id,
             writer_id=principal.principal_id,
@@ -450,7 +449,7 @@ def not_found_detail(memory_id: uuid.UUID) -> str:
     return f"No memory {memory_id} is visible to you."
 
 
-def status_of(row: Memory) -> Status:
+def status_of(row: MemoryRow) -> Status:
     if row.superseded_at is not None:
         return "superseded"
     if row.expires_at is not None and row.expires_at <= datetime.now(UTC):
@@ -458,7 +457,7 @@ def status_of(row: Memory) -> Status:
     return "live"
 
 
-def to_out(row: Memory) -> MemoryOut:
+def to_out(row: MemoryRow) -> MemoryOut:
     return MemoryOut(
         id=row.id,
         space_id=row.space_id,

@@ -29,6 +29,7 @@ from sqlalchemy import (
     ColumnElement,
     Delete,
     FromClause,
+    ScalarSelect,
     Select,
     Update,
     and_,
@@ -214,6 +215,31 @@ class Visible:
         return delete(Memory).prefix_with(VISIBLE_MARK).where(self.clause(chosen))
 
 
+def live_rows_up_to(
+    scope: Visible, limit: int, *conditions: ColumnElement[bool]
+) -> ScalarSelect[int]:
+    """How many live rows (neither superseded nor revoked) lie in the spaces `scope` allows and
+    match `conditions`, counted no further than `limit`: an upper bound of the rows the caller
+    sees, read from the narrow index `ix_memories_visible_count` without testing each row's
+    `read_requires` or expiry (that per-row test is most of what counting the visible rows
+    costs). For choosing a search path only; never a number anyone is shown or refused by."""
+    # Marked: it is built here, in the entrance, and only the count leaves it (no row does).
+    capped = (
+        sa_select(literal(1))
+        .prefix_with(VISIBLE_MARK)
+        .where(
+            Memory.tenant_id == scope.tenant_id,
+            Memory.space_id == any_(scope.allowed),
+            Memory.superseded_at.is_(None),
+            Memory.revoked_at.is_(None),
+            *conditions,
+        )
+        .limit(limit)
+        .subquery()
+    )
+    return sa_select(func.count()).select_from(capped).scalar_subquery()
+
+
 def visible(principal: Principal, action: Action) -> Visible:
     with span("policy.visible", {"memgate.policy.action": action.value}):
         allowed = _granted_array(principal, action)
@@ -262,13 +288,41 @@ def _granted_spaces(principal: Principal, action: Action) -> Select[uuid.UUID]:
     )
 
 
+@dataclass(frozen=True)
+class WriteTargets:
+    """Where a caller may put a memory: the spaces it reads, those it writes (a writer must
+    read too, so `writable` holds only readable spaces) and its personal space, if any."""
+
+    readable: frozenset[uuid.UUID]
+    writable: tuple[uuid.UUID, ...]
+    personal: uuid.UUID | None
+
+
+async def write_targets(session: AsyncSession, principal: Principal) -> WriteTargets:
+    """`granted_space_ids` for read and for write and `personal_space_id`, in one statement
+    (one snapshot, one round trip): the question "where may this caller write?" asked once."""
+    row = (
+        await session.execute(
+            sa_select(
+                _granted_array(principal, Action.READ),
+                _granted_array(principal, Action.WRITE),
+                _personal_space(principal).scalar_subquery(),
+            )
+        )
+    ).one()
+    reads = frozenset(row[0])
+    return WriteTargets(reads, tuple(s for s in row[1] if s in reads), row[2])
+
+
+def _personal_space(principal: Principal) -> Select[uuid.UUID]:
+    return sa_select(Space.id).where(
+        Space.tenant_id == principal.tenant_id,
+        Space.owner_id == principal.principal_id,
+        Space.kind == "personal",
+    )
+
+
 async def personal_space_id(session: AsyncSession, principal: Principal) -> uuid.UUID | None:
     """The caller's own space (where writes go unless they name another)."""
-    found: uuid.UUID | None = await session.scalar(
-        sa_select(Space.id).where(
-            Space.tenant_id == principal.tenant_id,
-            Space.owner_id == principal.principal_id,
-            Space.kind == "personal",
-        )
-    )
+    found: uuid.UUID | None = await session.scalar(_personal_space(principal))
     return found

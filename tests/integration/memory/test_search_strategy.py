@@ -226,3 +226,52 @@ async def test_a_floor_that_cuts_into_the_walk_is_answered_exactly(
     assert all(hit["score"] >= floor for hit in some["hits"])
     nothing = (await api.search(alice, query, k=K, min_score=0.9999)).json()
     assert nothing["hits"] == []
+
+
+@limits(MemorySettings(exact_search_max_rows=20, search_fallback_max_rows=1000))
+async def test_rows_in_her_spaces_she_cannot_read_never_cost_her_completeness(
+    api: Api, span_exporter: InMemorySpanExporter
+) -> None:
+    """The size gate counts every live row in the caller's spaces, read or not: 29 rows in
+    alice's space that need a space she lacks push the bound (42) past the threshold (20)
+    although she sees 13. Her search then takes the approximate path, and its answer is
+    still exactly her own top k, and no row she cannot read."""
+    alice = await api.new_agent("alice")
+    texts = sentences(42, seed=5)
+    mine: dict[str, list[float]] = {}
+    for n, value in enumerate(texts[:13]):
+        written = await api.remember(alice, key=f"mine.{n}", value=value)
+        [mine[written["id"]]] = await api.runtime.embedder.embed([value])
+    space = uuid.UUID(written["space_id"])
+    tenant, owner = uuid.UUID(api.tenant_id), uuid.UUID(alice.principal_id)
+    elsewhere = uuid.uuid4()  # a space alice holds no grant on
+    hidden = set()
+    columns = (
+        "tenant_id, id, space_id, owner_id, writer_id, client_id, subject, kind, key, "
+        "value, content_hash, embedding, embedding_model, read_requires"
+    )
+    vectors = await api.runtime.embedder.embed(texts[13:])
+    url = api.runtime.settings.database.url
+    with (
+        psycopg.connect(url, autocommit=True) as conn,
+        conn.cursor().copy(f"COPY memories ({columns}) FROM STDIN") as copy,
+    ):
+        for n, (value, vector) in enumerate(zip(texts[13:], vectors, strict=True)):
+            memory_id = uuid.uuid4()
+            hidden.add(str(memory_id))
+            embedding = "[" + ",".join(f"{x:.7f}" for x in vector) + "]"
+            digest = hashlib.sha256(value.encode()).digest()
+            copy.write_row(
+                (tenant, memory_id, space, owner, owner, alice.client_id, "team:notes",
+                 "fact", f"derived.{n}", value, digest, embedding, "wl", [elsewhere])
+            )  # fmt: skip
+    assert len(hidden) == 29
+    span_exporter.clear()
+    for query, vector in zip(texts[13:23], vectors[:10], strict=True):
+        truth = [i for i, _ in _brute_force(vector, mine)[:K]]
+        response = await api.search(alice, query, k=K)
+        assert response.status_code == 200, response.text
+        ids = [hit["memory"]["id"] for hit in response.json()["hits"]]
+        assert ids == truth
+        assert not set(ids) & hidden
+        assert _path_taken(span_exporter) in {"approximate", "exact"}
