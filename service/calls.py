@@ -24,7 +24,7 @@ import uuid
 from collections.abc import AsyncIterator, Iterable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import structlog
 from sqlalchemy import event, text
@@ -36,12 +36,9 @@ from service.audit.rows import PLATFORM_TENANT, RowSource, append_row
 from service.auth.principal import Principal
 from service.auth.tokens import VerifiedToken
 from service.db.tenancy import name_tenant
+from service.operations import Operation, answered
 from service.problems import Problem, ServiceUnavailable
-
 from service.runtime import Runtime
-
-if TYPE_CHECKING:
-    from service.operations import Operation
 
 _log = structlog.get_logger("memgate.calls")
 
@@ -276,6 +273,7 @@ async def open_call(
         try:
             yield call
         except Problem as problem:
+            answered(operation, problem.type_uri())
             if await call.finish(problem.status, problem.slug) is not None:
                 raise NOT_RECORDED from problem
             raise

@@ -13,7 +13,7 @@ from service.auth.problems import (
     OAuthUnsupportedGrantType,
 )
 from service.operations import operation
-from service.problems import InvalidRequest
+from service.problems import BodyTooLarge, InvalidRequest
 
 TOKEN = operation(
     "auth.token",
@@ -29,6 +29,7 @@ TOKEN = operation(
     OAuthTooManyFailures,
     OAuthOverloaded,
     InvalidRequest,
+    BodyTooLarge,
     # Its form is checked by the endpoint itself (RFC 6749 errors): no JSON validation, no ids.
     takes_input=False,
 )

@@ -31,6 +31,7 @@ from service.http.audit import EXEMPT
 from service.operations import OPERATIONS, Operation
 from service.problems import (
     PROBLEM_TYPES,
+    BodyTooLarge,
     InvalidRequest,
     Problem,
     ServiceUnavailable,
@@ -55,6 +56,7 @@ _UNAUDITED: tuple[type[Problem], ...] = (InvalidRequest,)
 """What a probe can answer besides its own body: an unknown query parameter."""
 _SCHEMA_PROBLEMS: tuple[type[Problem], ...] = (InvalidRequest, ServiceUnavailable)
 """The schema routes are audited (`schema.read`): an audit log that cannot record is 503."""
+_BODY_PROBLEMS = (UnsupportedMediaType, BodyTooLarge)
 _METHODS = ("get", "put", "post", "delete", "patch", "head", "options")
 
 
@@ -127,17 +129,13 @@ def problem_responses(problems: tuple[type[Problem], ...]) -> dict[str, Any]:
     return responses
 
 
-def documented_problems(declared: Operation, *, json_body: bool) -> tuple[type[Problem], ...]:
-    """What the document lists for `declared`: all its problems, but the media type is only
-    checked on a JSON body (a route without one never answers 415)."""
+def documented_problems(declared: Operation, *, body: bool) -> tuple[type[Problem], ...]:
+    """What the document lists for `declared`: all its problems, but a route that takes no
+    request body never answers 413 or 415 (its body is never read)."""
     problems = declared.all_problems()
-    if json_body:
+    if body:
         return problems
-    return tuple(problem for problem in problems if problem is not UnsupportedMediaType)
-
-
-def _json_body(operation: dict[str, Any]) -> bool:
-    return "application/json" in operation.get("requestBody", {}).get("content", {})
+    return tuple(problem for problem in problems if problem not in _BODY_PROBLEMS)
 
 
 def _declare(operation: dict[str, Any], declared: Operation) -> None:
@@ -145,7 +143,7 @@ def _declare(operation: dict[str, Any], declared: Operation) -> None:
     responses = operation.setdefault("responses", {})
     for status in [status for status in responses if int(status) >= 400]:
         del responses[status]
-    problems = documented_problems(declared, json_body=_json_body(operation))
+    problems = documented_problems(declared, body="requestBody" in operation)
     responses.update(problem_responses(problems))
     operation["security"] = [] if declared.public else BEARER
 
@@ -238,6 +236,8 @@ def _correct(document: dict[str, Any], app: Litestar) -> None:
                 raise RuntimeError(
                     f"{method.upper()} {path}: operation id {operation_id!r} is not camelCase"
                 )
+            if operation_id == TOKEN.operation_id:
+                _describe_token_endpoint(operation)
             if operation_id in declared:
                 _declare(operation, declared[operation_id])
             elif operation_id in handlers and handlers[operation_id].opt.get(EXEMPT):
@@ -246,8 +246,6 @@ def _correct(document: dict[str, Any], app: Litestar) -> None:
                 operation["responses"].update(problem_responses(_UNAUDITED))
             else:
                 raise RuntimeError(f"{method.upper()} {path}: {operation_id!r} is not an operation")
-            if operation_id == TOKEN.operation_id:
-                _describe_token_endpoint(operation)
 
 
 def openapi_document(app: Litestar) -> dict[str, Any]:
