@@ -60,4 +60,7 @@ CLIENT_GET = _admin("client.get", "getClient", "Get one client", ClientNotFound)
 CLIENT_DISABLE = _admin(
     "client.disable", "disableClient", "Disable a client", ClientNotFound, LastRoleHolder
 )
-CLIENT_ENABLE = _admin("client.enable", "enableClient", "Re-enable a client", ClientNotFound)
+# Re-enabling takes registration's ceilings again (scope-not-allowed for an agent's admin client).
+CLIENT_ENABLE = _admin(
+    "client.enable", "enableClient", "Re-enable a client", ClientNotFound, ScopeNotAllowed
+)
