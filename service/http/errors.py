@@ -15,8 +15,8 @@ from litestar.exceptions import (
 from litestar.status_codes import HTTP_413_REQUEST_ENTITY_TOO_LARGE
 from sqlalchemy.exc import DataError
 
-from service.http.audit import find_call
 from service.db.types import PATTERN_MEANINGS
+from service.http.audit import find_call
 from service.problems import (
     BodyTooLarge,
     InternalError,
