@@ -17,6 +17,7 @@ from service.audit.checkpoints import checkpoint_periodically
 from service.audit.controller import AuditController
 from service.auth.controller import OAuthController
 from service.auth.middleware import BearerAuthentication
+from service.http.answers import check_answered_problems
 from service.http.audit import check_every_route_is_an_operation, http_calls
 from service.http.body import declare_query_parameters, strict_request
 from service.http.deps import provide_call, provide_db, provide_facts, provide_runtime
@@ -130,6 +131,8 @@ def create_app(runtime: Runtime | None = None) -> Litestar:
         # call could not be recorded).
         handler = http_calls(handler, runtime)
     app.asgi_handler = request_context_middleware(security_headers(handler))
+    # Tests only (off: the app itself): each problem answered is one its operation declares.
+    app.asgi_handler = check_answered_problems(app.asgi_handler)
     # The OpenTelemetry server span outermost, so the access line is written inside it and
     # carries its trace id.
     app.asgi_handler = otel_asgi(app.asgi_handler)

@@ -24,7 +24,7 @@ import uuid
 from collections.abc import AsyncIterator, Iterable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import structlog
 from sqlalchemy import event, func, literal_column, select, text, true
@@ -44,11 +44,9 @@ from service.auth.resolver import (
 )
 from service.auth.tokens import VerifiedToken
 from service.db.tenancy import name_tenant
+from service.operations import Operation, answered
 from service.problems import Problem, ServiceUnavailable
 from service.runtime import Runtime
-
-if TYPE_CHECKING:
-    from service.operations import Operation
 
 _log = structlog.get_logger("memgate.calls")
 
@@ -375,6 +373,7 @@ async def open_call(
                 await call.enter(token, read_only=operation.read_only)
             yield call
         except Problem as problem:
+            answered(operation, problem.type_uri())
             if await call.finish(problem.status, problem.slug) is not None:
                 raise NOT_RECORDED from problem
             raise

@@ -15,7 +15,9 @@ from typing import TYPE_CHECKING, Protocol
 
 from service.auth.scopes import Scope
 from service.problems import (
+    BodyTooLarge,
     InsufficientScope,
+    InternalError,
     InvalidRequest,
     MalformedId,
     MalformedRequest,
@@ -34,6 +36,11 @@ ask the same question."""
 
 OPERATIONS: dict[str, Operation] = {}
 """Every declared operation by name."""
+
+UNDECLARED: list[str] = []
+"""Problems an operation answered without declaring them, while `check_answers` is on."""
+_CHECKING: set[bool] = set()
+"""Holds True while answers are checked (a set, so no `global` is needed to flip it)."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -70,16 +77,29 @@ class Operation:
 
     def all_problems(self) -> tuple[type[Problem], ...]:
         """What a caller can get back: the operation's own problems plus the entrance's (token,
-        scope, input validation, an audit log that cannot record the call)."""
+        scope, input validation and body size, an internal error, an audit log that cannot
+        record the call)."""
         entrance: list[type[Problem]] = []
         if not self.public:
             entrance.append(NotAuthenticated)
         if self.scope is not None:
             entrance.append(InsufficientScope)
         if self.takes_input:
-            entrance += [MalformedRequest, MalformedId, UnsupportedMediaType, InvalidRequest]
-        entrance.append(ServiceUnavailable)
+            entrance += [
+                MalformedRequest,
+                MalformedId,
+                UnsupportedMediaType,
+                BodyTooLarge,
+                InvalidRequest,
+            ]
+        # Anything can fail on our side (a 500 without details), and an audit log that cannot
+        # record the call makes it a 503.
+        entrance += [InternalError, ServiceUnavailable]
         return tuple(dict.fromkeys([*entrance, *self.problems]))
+
+    def declares(self, problem_type: str) -> bool:
+        """Whether `problem_type` (a problem's type URI) is one of `all_problems()`."""
+        return any(problem.type_uri() == problem_type for problem in self.all_problems())
 
 
 def operation(
@@ -133,3 +153,22 @@ def family(scope: Scope, *problems: type[Problem], check: Check) -> Declare:
         )
 
     return declare
+
+
+def check_answers(on: bool = True) -> None:
+    """Record every problem an operation answers that it does not declare (the test suite
+    turns this on, so a declaration that lies fails the test that provoked it). Off, the HTTP
+    adapter is not even installed (service/http/answers.py)."""
+    _CHECKING.clear()
+    if on:
+        _CHECKING.add(True)
+
+
+def checking_answers() -> bool:
+    return bool(_CHECKING)
+
+
+def answered(operation: Operation, problem_type: str) -> None:
+    """Note that `operation` answered the problem `problem_type` (its type URI)."""
+    if _CHECKING and not operation.declares(problem_type):
+        UNDECLARED.append(f"{operation.name} ({operation.operation_id}) answered {problem_type}")

@@ -24,6 +24,7 @@ from service.db.session import create_engine
 from service.embeddings import Embedder
 from service.embeddings.wordllama import WordLlamaEmbedder
 from service.observability.telemetry import configure_telemetry
+from service.operations import UNDECLARED, check_answers
 from service.runtime import Runtime, build_runtime
 from service.settings import (
     AuthSettings,
@@ -76,6 +77,27 @@ def visible_is_the_only_entrance(request: pytest.FixtureRequest) -> Iterator[Non
     found, entrance.CHECK.violations[:] = list(entrance.CHECK.violations), []
     if found:
         pytest.fail(str(found[0]), pytrace=False)
+
+
+# Before any app is built: every app of the suite checks that each problem it answers is one
+# its operation declares (service/http/answers.py); `every_answer_is_declared` fails the test.
+check_answers()
+
+
+@pytest.fixture(autouse=True)
+def every_answer_is_declared() -> Iterator[None]:
+    """A test that made an operation answer a problem it does not declare fails, naming both:
+    the declarations (`service/<feature>/operations.py`) are what openapi.yaml promises."""
+    UNDECLARED.clear()
+    yield
+    found = list(dict.fromkeys(UNDECLARED))
+    UNDECLARED.clear()
+    if found:
+        pytest.fail(
+            "undeclared problem answered (declare it in service/<feature>/operations.py): "
+            + "; ".join(found),
+            pytrace=False,
+        )
 
 
 @pytest.fixture(scope="session")

@@ -13,6 +13,7 @@ from service.auth.problems import (
     OAuthUnsupportedGrantType,
 )
 from service.operations import operation
+from service.problems import BodyTooLarge, InvalidRequest
 
 TOKEN = operation(
     "auth.token",
@@ -27,15 +28,26 @@ TOKEN = operation(
     OAuthInvalidScope,
     OAuthTooManyFailures,
     OAuthOverloaded,
+    InvalidRequest,
+    BodyTooLarge,
+    # Its form is checked by the endpoint itself (RFC 6749 errors): no JSON validation, no ids.
+    takes_input=False,
 )
+# No input of their own, but a query parameter they do not take is refused (422).
 JWKS = operation(
-    "auth.jwks", "getJwks", "The embedded issuer's public signing keys", None, takes_input=False
+    "auth.jwks",
+    "getJwks",
+    "The embedded issuer's public signing keys",
+    None,
+    InvalidRequest,
+    takes_input=False,
 )
 METADATA = operation(
     "auth.metadata",
     "getAuthorizationServerMetadata",
     "Authorization server metadata (RFC 8414)",
     None,
+    InvalidRequest,
     takes_input=False,
 )
 RESOURCE_METADATA = operation(

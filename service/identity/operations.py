@@ -49,4 +49,7 @@ CLIENT_GET = managed("client.get", "getClient", "Get one client", ClientNotFound
 CLIENT_DISABLE = managed(
     "client.disable", "disableClient", "Disable a client", ClientNotFound, LastRoleHolder
 )
-CLIENT_ENABLE = managed("client.enable", "enableClient", "Re-enable a client", ClientNotFound)
+# Re-enabling takes registration's ceilings again (scope-not-allowed for an agent's admin client).
+CLIENT_ENABLE = managed(
+    "client.enable", "enableClient", "Re-enable a client", ClientNotFound, ScopeNotAllowed
+)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from service.auth.scopes import Scope
-from service.identity.problems import PrincipalNotFound
+from service.identity.problems import ExternalIssuerUntrusted, PrincipalNotFound
 from service.operations import family, operation
 from service.policy.guards import requires_policy_admin
 from service.policy.problems import (
@@ -58,6 +58,7 @@ GRANT = managed(
     "policy.grant",
     "grantSpaceAccess",
     "Grant read, write or delete on a space",
+    PolicyNameInvalid,
     SpaceUnknown,
     PrincipalNotFound,
     TeamNotFound,
@@ -67,6 +68,7 @@ REVOKE = managed(
     "policy.revoke",
     "revokeSpaceAccess",
     "Revoke a grant on a space",
+    PolicyNameInvalid,
     SpaceUnknown,
     PrincipalNotFound,
     TeamNotFound,
@@ -87,12 +89,17 @@ ROLE_ADD_MEMBER = managed(
     "addRoleMember",
     "Give a principal a policy role",
     PrincipalNotFound,
+    # Approving external_admin: the principal must be mapped to a trusted IdP.
+    PolicyNameInvalid,
+    ExternalIssuerUntrusted,
+    PolicyTooDeep,
 )
 ROLE_REMOVE_MEMBER = managed(
     "policy.role.remove_member",
     "removeRoleMember",
     "Take a policy role from a principal",
     PrincipalNotFound,
+    PolicyNameInvalid,
     LastRoleHolder,
 )
 DELEGATE_ALLOW = operation(
@@ -101,6 +108,8 @@ DELEGATE_ALLOW = operation(
     "Allow an agent to act for a user",
     Scope.MANAGE_DELEGATES,
     PrincipalNotFound,
+    PolicyNameInvalid,
+    PolicyAdminRequired,
     PolicyReadSelfOnly,
 )
 DELEGATE_REVOKE = operation(
@@ -109,6 +118,8 @@ DELEGATE_REVOKE = operation(
     "Stop an agent acting for a user",
     Scope.MANAGE_DELEGATES,
     PrincipalNotFound,
+    PolicyNameInvalid,
+    PolicyAdminRequired,
     PolicyReadSelfOnly,
 )
 PERMISSIONS = operation(
