@@ -14,6 +14,7 @@ fails together and each call falls back to appending its row on its own.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -23,6 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from service.audit.rows import RowSource, append_row
 from service.db.session import create_sessionmaker
 from service.db.tenancy import name_tenant
+from service.observability.telemetry import span
 
 if TYPE_CHECKING:
     from service.runtime import Runtime
@@ -60,8 +62,14 @@ class ReadAuditQueue:
         done: asyncio.Future[Receipt] = asyncio.get_running_loop().create_future()
         self._waiting.append(_Pending(source, done))
         if self._flusher is None or self._flusher.done():
-            self._flusher = asyncio.create_task(self._flush_all(runtime))
-        return await done
+            # A context of its own: the flush serves many calls, so its spans belong to no
+            # one call's trace (each row still names its own call's trace id).
+            self._flusher = asyncio.create_task(
+                self._flush_all(runtime), context=contextvars.Context()
+            )
+        # In the call's trace: the time until its row was durable.
+        with span("audit.append", {"memgate.audit.path": "group"}):
+            return await done
 
     async def _flush_all(self, runtime: Runtime) -> None:
         while self._waiting:
@@ -89,6 +97,10 @@ class ReadAuditQueue:
         await self._engine.dispose()
 
     async def _flush(self, runtime: Runtime, batch: list[_Pending]) -> list[Receipt]:
+        with span("audit.group_commit", {"memgate.audit.rows": len(batch)}):
+            return await self._flush_batch(runtime, batch)
+
+    async def _flush_batch(self, runtime: Runtime, batch: list[_Pending]) -> list[Receipt]:
         # By chain (stable: each chain keeps its arrival order), so two processes' groups take
         # the chains' locks in one order and never deadlock.
         order = sorted(range(len(batch)), key=lambda i: batch[i].source.tenant_id.bytes)
@@ -102,6 +114,8 @@ class ReadAuditQueue:
                     # `audit_append()` writes only to the tenant the transaction names.
                     await name_tenant(session, tenant)
                     named = tenant
-                receipts[index] = await append_row(session, runtime, pending.source, path="group")
+                receipts[index] = await append_row(
+                    session, runtime, pending.source, path="group_flush"
+                )
         self.flushes += 1
         return [receipts[i] for i in range(len(batch))]
