@@ -33,6 +33,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session, SessionTransaction
 from sqlalchemy.sql.selectable import ScalarSelect
 
+from service.audit.group_commit import GroupCommitUnconfirmed
 from service.audit.rows import PLATFORM_TENANT, RowSource, append_row
 from service.auth.principal import Principal
 from service.auth.resolver import (
@@ -274,14 +275,25 @@ class Call:
 
     async def _grouped(self, status: int) -> ServiceUnavailable | None:
         """A read's row, committed with other reads' rows before the answer. The read's own
-        transaction changed nothing; it ends when the call closes, after the answer."""
+        transaction changed nothing; it ends when the call closes, after the answer.
+
+        If the group fails, the read's connection goes back first (its work is done), so reads
+        falling back together never hold the pool they wait on; a group whose COMMIT was not
+        confirmed is not appended again (the rows may be there): the call answers 503 as an
+        unconfirmed write does, and that is audited on its own."""
         try:
             self.receipt = await self.runtime.read_audit.append(
                 self.runtime, RowSource.of(self, status, None)
             )
             return None
+        except GroupCommitUnconfirmed:
+            _log.error("audit_group_commit_unconfirmed")
+            await self._settle(commit=False)
+            await self._separately(503, "commit-unconfirmed")
+            return NOT_CONFIRMED
         except Exception as exc:  # the group failed: try the row on its own
             _log.error("audit_group_failed", error_type=type(exc).__name__)
+        await self._settle(commit=False)
         return None if await self._separately(status, None) else NOT_RECORDED
 
     async def _separately(self, status: int, reason: str | None) -> bool:

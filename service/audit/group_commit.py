@@ -19,7 +19,7 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from service.audit.rows import RowSource, append_row
 from service.db.session import create_sessionmaker
@@ -41,6 +41,12 @@ Receipt = tuple[uuid.UUID, int, bytes]
 class _Pending:
     source: RowSource
     done: asyncio.Future[Receipt]
+
+
+class GroupCommitUnconfirmed(Exception):
+    """COMMIT of a group was sent and not confirmed: its rows may be in the log. The calls must
+    not append them again (they would be there twice); they answer as a write whose commit was
+    not confirmed does."""
 
 
 class ReadAuditQueue:
@@ -77,7 +83,10 @@ class ReadAuditQueue:
             try:
                 receipts = await self._flush(runtime, batch)
             except BaseException as exc:  # the group failed: every row in it fails
-                for pending in batch:
+                failed = batch
+                if not isinstance(exc, Exception):  # cancelled (shutdown): nobody is left hanging
+                    failed, self._waiting = batch + self._waiting, []
+                for pending in failed:
                     if not pending.done.done():
                         pending.done.set_exception(exc)
                 if not isinstance(exc, Exception):
@@ -86,6 +95,10 @@ class ReadAuditQueue:
             for pending, receipt in zip(batch, receipts, strict=True):
                 if not pending.done.done():
                     pending.done.set_result(receipt)
+
+    @staticmethod
+    async def _commit(session: AsyncSession) -> None:
+        await session.commit()
 
     @property
     def engine(self) -> AsyncEngine:
@@ -106,7 +119,7 @@ class ReadAuditQueue:
         order = sorted(range(len(batch)), key=lambda i: batch[i].source.tenant_id.bytes)
         receipts: dict[int, Receipt] = {}
         named: uuid.UUID | None = None
-        async with self._sessionmaker.begin() as session:
+        async with self._sessionmaker() as session:
             for index in order:
                 pending = batch[index]
                 tenant = pending.source.tenant_id
@@ -117,5 +130,9 @@ class ReadAuditQueue:
                 receipts[index] = await append_row(
                     session, runtime, pending.source, path="group_flush"
                 )
+            try:
+                await self._commit(session)
+            except Exception as exc:  # the reply to COMMIT was lost or refused
+                raise GroupCommitUnconfirmed() from exc
         self.flushes += 1
         return [receipts[i] for i in range(len(batch))]

@@ -8,19 +8,29 @@ import asyncio
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any
 
 import pytest
+from litestar.testing import AsyncTestClient
 from sqlalchemy import event, text
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
+from service.app import create_app
+from service.audit.group_commit import ReadAuditQueue
 from service.auth.tokens import VerifiedToken
 from service.calls import open_call
+from service.embeddings import Embedder
 from service.memory import operations as memory_ops
 from service.memory.problems import MemoryNotFound
+from service.problems import ServiceUnavailable
+from service.runtime import build_runtime
+from service.settings import Settings
 from tests.fixtures.api import Api
-from tests.integration.audit.support import audit_rows
+from tests.fixtures.canaries import captured_logs
+from tests.fixtures.postgres import app_login
+from tests.integration.audit.support import audit_rows, owner_execute
 
 
 @contextmanager
@@ -167,3 +177,79 @@ async def test_a_problem_inside_an_open_call_is_audited_as_a_denial(
         ("memory.write", "deny", 404, "memory-not-found")
     ]
     assert rows[0]["result_count"] is None
+
+
+REVOKE_APPEND = (
+    "REVOKE EXECUTE ON FUNCTION audit_append(uuid, text, text, text, text, text[], text, "
+    "text, text[], text, text, text, uuid[], integer, text, text, integer, bigint) "
+    "FROM memgate_app"
+)
+
+
+async def test_reads_falling_back_from_a_failed_group_never_wait_on_their_own_pool(
+    settings: Settings, embedder: Embedder, owner_engine: AsyncEngine
+) -> None:
+    """Red-team: a read kept its connection while its fallback took another from the same
+    pool, so as many failed reads as the pool holds waited on each other until the pool timed
+    out. Each read gives its connection back before it falls back."""
+    small = replace(settings, database=replace(settings.database, pool_size=1))  # 1 + 1 overflow
+    runtime = await build_runtime(
+        small, app_login(small.database.url), embedder, owner_url=small.database.url
+    )
+    try:
+        async with AsyncTestClient(create_app(runtime)) as http:
+            api = await Api.bootstrap(http, runtime, "small")
+            alice = await api.new_agent("alice")
+            verified = await runtime.verifier.verify(alice.token)
+            await owner_execute(owner_engine, REVOKE_APPEND)
+
+            async def one_read() -> str:
+                try:
+                    async with open_call(
+                        runtime, memory_ops.LIST, token=verified, method="GET", route="/t"
+                    ) as call:
+                        await call.db.execute(text("SELECT 1"))
+                except ServiceUnavailable as refused:
+                    return refused.detail
+                return "answered"
+
+            with captured_logs() as events:
+                details = await asyncio.gather(*(one_read() for _ in range(4)))
+    finally:
+        await runtime.close()
+    assert all("could not be recorded" in detail for detail in details), details
+    failures = [e for e in events if e.get("event") == "audit_append_failed"]
+    assert failures
+    assert all(e["error_type"] != "TimeoutError" for e in failures), failures
+
+
+async def test_a_group_whose_commit_was_not_confirmed_is_not_appended_twice(
+    api: Api, owner_engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Red-team: a lost reply to the group's COMMIT (the rows are in) made every read append
+    its row again. Now the read answers 503 "outcome unknown", as a write does, and only the
+    refusal is added."""
+    alice = await api.new_agent("alice")
+    verified = await api.runtime.verifier.verify(alice.token)
+    real_commit = ReadAuditQueue._commit
+
+    async def commit_then_lose_the_reply(session: AsyncSession) -> None:
+        await real_commit(session)
+        raise ConnectionError("the reply to COMMIT was lost")
+
+    monkeypatch.setattr(ReadAuditQueue, "_commit", staticmethod(commit_then_lose_the_reply))
+
+    async def one_read() -> None:
+        async with open_call(
+            api.runtime, memory_ops.LIST, token=verified, method="GET", route="/lost"
+        ) as call:
+            call.request_id = "lost-reply"
+            await call.db.execute(text("SELECT 1"))
+
+    with pytest.raises(ServiceUnavailable, match="outcome is unknown"):
+        await one_read()
+    rows = [r for r in await audit_rows(owner_engine) if r["request_id"] == "lost-reply"]
+    assert sorted((r["decision"], r["reason"]) for r in rows) == [
+        ("allow", "ok"),
+        ("error", "commit-unconfirmed"),
+    ]
