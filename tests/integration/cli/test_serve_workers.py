@@ -88,10 +88,8 @@ def two_workers() -> Iterator[tuple[Server, int]]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def test_two_workers_both_answer_and_sigterm_stops_them_and_the_database(
-    two_workers: tuple[Server, int],
-) -> None:
-    server, metrics_port = two_workers
+def _started_with_two_workers(server: Server) -> tuple[list[int], int]:
+    """Start the serve; its two worker pids and the embedded postmaster's, once all answer."""
     server.start()
     _all_workers_up(server)
     assert server.process is not None
@@ -99,6 +97,14 @@ def test_two_workers_both_answer_and_sigterm_stops_them_and_the_database(
     assert len(workers) == 2, workers
     postmaster = _postmaster_pid(server.data_dir)
     assert postmaster is not None
+    return workers, postmaster
+
+
+def test_two_workers_both_answer_and_sigterm_stops_them_and_the_database(
+    two_workers: tuple[Server, int],
+) -> None:
+    server, metrics_port = two_workers
+    workers, postmaster = _started_with_two_workers(server)
     server.assert_serving()
     token = server.run("token")
     assert token.returncode == 0, token.stderr
@@ -126,6 +132,7 @@ def test_two_workers_both_answer_and_sigterm_stops_them_and_the_database(
     assert latest.status_code == 200, latest.text
     assert latest.json()["seq"] > 0
 
+    assert server.process is not None
     os.kill(server.process.pid, signal.SIGTERM)
     assert server.wait() == 0
     assert not any(_alive(pid) for pid in workers), "a worker outlived serve"
@@ -143,13 +150,7 @@ def test_a_worker_that_dies_stops_the_serve_and_its_database(
     """Not a serve limping on with fewer workers than configured: the parent stops the rest
     and the embedded database and exits 1, for its supervisor to restart it."""
     server, _ = two_workers
-    server.start()
-    _all_workers_up(server)
-    assert server.process is not None
-    workers = _children(server.process.pid)
-    assert len(workers) == 2, workers
-    postmaster = _postmaster_pid(server.data_dir)
-    assert postmaster is not None
+    workers, postmaster = _started_with_two_workers(server)
     os.kill(workers[0], signal.SIGKILL)
     assert server.wait() == 1
     assert not any(_alive(pid) for pid in workers), "a worker outlived serve"
