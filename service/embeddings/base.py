@@ -35,6 +35,12 @@ class Embedder(Protocol):
     @property
     def dimensions(self) -> int: ...
 
+    @property
+    def remote(self) -> bool:
+        """Whether it answers over the network: a call then holds no database connection in
+        a transaction while it waits (service/memory/service.py)."""
+        ...
+
     async def embed(self, texts: Sequence[str]) -> list[list[float]]: ...
 
 

@@ -46,6 +46,10 @@ class HttpEmbedder:
     def dimensions(self) -> int:
         return self._dimensions
 
+    @property
+    def remote(self) -> bool:
+        return True
+
     async def aclose(self) -> None:
         await self._client.aclose()
 

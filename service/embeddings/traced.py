@@ -21,6 +21,10 @@ class TracedEmbedder:
     def dimensions(self) -> int:
         return self._inner.dimensions
 
+    @property
+    def remote(self) -> bool:
+        return self._inner.remote
+
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:
         model = {"memgate.embedding.model": self._inner.model_id}
         with (

@@ -34,6 +34,10 @@ class WordLlamaEmbedder:
     def dimensions(self) -> int:
         return self._dimensions
 
+    @property
+    def remote(self) -> bool:
+        return False  # in process: a fraction of a millisecond of CPU
+
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:
         # Tens of microseconds for a query or a typical memory: cheaper inline than a thread hop.
         # A long text (16k characters of emoji tokenize slowly) would stall every other request

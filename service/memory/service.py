@@ -93,7 +93,7 @@ class MemoryService:
             tuple(read_requires),
         )
         scope = visible(principal, Action.WRITE)
-        [vector] = await self._embedder.embed([data.value])
+        [vector] = await self._embed(data.value)
         now = await repository.lock_key(self._session, ref)
         new_id, valid_from = uuid7(), data.valid_from or now
         made = await repository.supersede(
@@ -104,6 +104,14 @@ class MemoryService:
         row = await repository.insert(self._session, row)
         self._facts.add_targets([row.id, *made.superseded])
         return MemoryWritten(memory=to_out(row), superseded=made.superseded)
+
+    async def _embed(self, text: str) -> list[list[float]]:
+        """Embed `text`. A remote provider may take seconds: the transaction (so far only reads
+        of grants and spaces) ends first, so no connection waits idle in a transaction for it;
+        the next statement begins a new one, naming the caller again (service/calls.py)."""
+        if self._embedder.remote and self._session.in_transaction():
+            await self._session.rollback()
+        return await self._embedder.embed([text])
 
     async def get(self, principal: Principal, memory_id: uuid.UUID) -> MemoryOut:
         scope = visible(principal, Action.READ)
@@ -170,7 +178,7 @@ class MemoryService:
         )
         await self._check_space_filter(principal, filters.space_id)
         scope = visible(principal, Action.READ)
-        [vector] = await self._embedder.embed([request.query])
+        [vector] = await self._embed(request.query)
         with span("memory.rank", {"memgate.search.k": k}) as rank:
             async with self._read_budget(SearchTooBroad):
                 hits, strategy = await self.rank(scope, vector, filters, k, request.min_score)

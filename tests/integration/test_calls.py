@@ -5,12 +5,15 @@ reads' audit rows group-committed — durable before the answer, in chain order.
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
+import httpx
+import psycopg
 import pytest
 from litestar.testing import AsyncTestClient
 from sqlalchemy import event, text
@@ -22,6 +25,7 @@ from service.audit.group_commit import ReadAuditQueue
 from service.auth.tokens import VerifiedToken
 from service.calls import open_call
 from service.embeddings import Embedder
+from service.embeddings.http import HttpEmbedder
 from service.memory import operations as memory_ops
 from service.memory.problems import MemoryNotFound
 from service.problems import ServiceUnavailable
@@ -253,3 +257,47 @@ async def test_a_group_whose_commit_was_not_confirmed_is_not_appended_twice(
         ("allow", "ok"),
         ("error", "commit-unconfirmed"),
     ]
+
+
+async def test_no_connection_waits_in_a_transaction_while_a_remote_provider_answers(
+    settings: Settings,
+) -> None:
+    """A write and a search embed after their first reads; with a provider over the network
+    the call's transaction ends before it is asked, so no pooled connection sits idle in a
+    transaction (holding its snapshot and locks) for as long as the provider takes."""
+    seen_waiting: list[int] = []
+
+    def provider(request: httpx.Request) -> httpx.Response:
+        with psycopg.connect(settings.database.url, autocommit=True) as owner:  # visible: ok
+            row = owner.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND state LIKE 'idle in transaction%' AND pid <> pg_backend_pid()"
+            ).fetchone()
+        seen_waiting.append(int(row[0]) if row else -1)
+        texts = json.loads(request.content)["input"]
+        data = [{"index": i, "embedding": [1.0] + [0.0] * 255} for i in range(len(texts))]
+        return httpx.Response(200, content=json.dumps({"data": data}).encode())
+
+    embedder = HttpEmbedder(
+        flavor="openai",
+        base_url="http://embeddings.invalid",
+        model="fake-256",
+        dimensions=256,
+        retries=0,
+        transport=httpx.MockTransport(provider),
+    )
+    runtime = await build_runtime(
+        settings, app_login(settings.database.url), embedder, owner_url=settings.database.url
+    )
+    try:
+        async with AsyncTestClient(create_app(runtime)) as http:
+            api = await Api.bootstrap(http, runtime)
+            alice = await api.new_agent("alice")
+            seen_waiting.clear()
+            memory = await api.remember(alice, value="billing deploys on fridays")
+            found = await api.search(alice, "when does billing deploy")
+    finally:
+        await runtime.close()
+        await embedder.aclose()
+    assert [hit["memory"]["id"] for hit in found.json()["hits"]] == [memory["id"]]
+    assert seen_waiting == [0, 0]  # the write's and the search's embedding
