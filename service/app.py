@@ -20,7 +20,7 @@ from service.auth.middleware import BearerAuthentication
 from service.http.answers import check_answered_problems
 from service.http.audit import check_every_route_is_an_operation, http_calls
 from service.http.body import declare_query_parameters, strict_request
-from service.http.deps import provide_call, provide_db, provide_facts, provide_runtime
+from service.http.deps import provide_call, provide_db, provide_runtime
 from service.http.errors import handle_exception
 from service.http.headers import security_headers
 from service.http.health import HealthController
@@ -107,7 +107,6 @@ def create_app(runtime: Runtime | None = None) -> Litestar:
         dependencies={
             "call": Provide(provide_call, sync_to_thread=False),
             "db": Provide(provide_db, sync_to_thread=False),
-            "facts": Provide(provide_facts, sync_to_thread=False),
             "runtime": Provide(provide_runtime, sync_to_thread=False),
         },
         middleware=[auth],

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
-from sqlalchemy import event, func, literal_column, select, text, true
+from sqlalchemy import ColumnElement, event, func, literal_column, select, true
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session, SessionTransaction
@@ -54,18 +54,6 @@ _log = structlog.get_logger("memgate.calls")
 MAX_TARGETS = 1000
 """A row names at most this many target ids (a search answers at most `max_k` hits)."""
 
-_NAME_CALLER = text(
-    "SELECT set_config('memgate.tenant_id', :tenant, true), "
-    "set_config('memgate.principal_id', :principal, true), "
-    "set_config('memgate.actor_id', :actor, true)"
-)
-_NAME_READER = text(
-    "SELECT set_config('memgate.tenant_id', :tenant, true), "
-    "set_config('memgate.principal_id', :principal, true), "
-    "set_config('memgate.actor_id', :actor, true), "
-    "set_config('transaction_read_only', 'on', true)"
-)
-"""The same, for a read-only operation: the database refuses any write it tries."""
 
 NOT_RECORDED = ServiceUnavailable(
     "The call could not be recorded in the audit log, so it was not carried out (nothing was "
@@ -143,19 +131,17 @@ class Call:
     receipt: tuple[uuid.UUID, int, bytes] | None = None
     """(chain, seq, hash) of this call's row once it committed: the chain's head then."""
     _session: AsyncSession | None = None
-    _naming: dict[str, str] | None = None
-    """What the transaction names for row-level security when it begins."""
+    _naming: Claimed | None = None
+    """Whom the transaction names for row-level security when it begins."""
 
     def __post_init__(self) -> None:
         if self.caller is not None:  # made for a known caller (jobs, tests): name it
-            self._naming = _naming_of(
-                self.caller.tenant_id, self.caller.principal_id, self.caller.actor_id
-            )
+            self._naming = _ids_of(self.caller)
 
     def identify(self, caller: Principal, token: VerifiedToken) -> None:
         """The authenticated caller (before the first statement: RLS is named from it)."""
         self.caller, self.token = caller, token
-        self._naming = _naming_of(caller.tenant_id, caller.principal_id, caller.actor_id)
+        self._naming = _ids_of(caller)
 
     async def enter(self, token: VerifiedToken, *, read_only: bool = False) -> Principal:
         """Authenticate the call on its own connection, in its own transaction: the principal
@@ -170,11 +156,11 @@ class Call:
         check = entrance_check(token)
         if check is not None:
             return await self._enter_in_one_statement(token, claimed, check)
-        self._naming = _naming_of(*claimed)
+        self._naming = claimed
         principal = await resolve_principal(self.db, token)
         self.identify(principal, token)
-        if (principal.principal_id, principal.actor_id) != claimed[1:]:
-            await self.db.execute(self._naming_statement(), self._naming)
+        if _ids_of(principal) != claimed:
+            await self.db.execute(select(*_naming_columns(_ids_of(principal), self.read_only)))
         return principal
 
     async def _enter_in_one_statement(
@@ -184,25 +170,12 @@ class Call:
         and, in a scalar subquery after the names, checks the principal and client. Should the
         check ever be evaluated before the names, row-level security would show it no row and
         the call would be refused (closed, never open)."""
-        naming = _naming_of(*claimed)
-        columns = [
-            func.set_config(literal_column(f"'{name}'"), value, true())
-            for name, value in (
-                ("memgate.tenant_id", naming["tenant"]),
-                ("memgate.principal_id", naming["principal"]),
-                ("memgate.actor_id", naming["actor"]),
-            )
-        ]
-        if self.read_only:
-            columns.append(func.set_config(literal_column("'transaction_read_only'"), "on", true()))
         self._naming = None  # this statement names the caller, not the begin hook
+        columns = _naming_columns(claimed, self.read_only)
         row = (await self.db.execute(select(*columns, check.label("live")))).one()
         principal = principal_from_check(token, row.live)
         self.identify(principal, token)
         return principal
-
-    def _naming_statement(self) -> Any:
-        return _NAME_READER if self.read_only else _NAME_CALLER
 
     @property
     def authenticated(self) -> bool:
@@ -219,7 +192,7 @@ class Call:
 
     def _name_caller(self, _: Session, __: SessionTransaction, connection: Connection) -> None:
         if self._naming is not None:
-            connection.execute(self._naming_statement(), self._naming)
+            connection.execute(select(*_naming_columns(self._naming, self.read_only)))
 
     def chain(self) -> uuid.UUID:
         """The chain the row goes to: the caller's tenant, the tenant a token request proved,
@@ -347,14 +320,22 @@ class Call:
             await self._session.close()
 
 
-def _naming_of(
-    tenant: uuid.UUID, principal: uuid.UUID | None, actor: uuid.UUID | None
-) -> dict[str, str]:
-    return {
-        "tenant": str(tenant),
-        "principal": str(principal) if principal else "",
-        "actor": str(actor) if actor else "",
-    }
+def _ids_of(caller: Principal) -> Claimed:
+    return caller.tenant_id, caller.principal_id, caller.actor_id
+
+
+def _naming_columns(ids: Claimed, read_only: bool) -> list[ColumnElement[Any]]:
+    """The one way a call names its caller: transaction-local settings the row-level security
+    policies read (no principal: ''), and for a read-only operation a read-only transaction."""
+    tenant, principal, actor = ids
+    settings = [
+        ("memgate.tenant_id", str(tenant)),
+        ("memgate.principal_id", str(principal) if principal else ""),
+        ("memgate.actor_id", str(actor) if actor else ""),
+    ]
+    if read_only:
+        settings.append(("transaction_read_only", "on"))
+    return [func.set_config(literal_column(f"'{name}'"), value, true()) for name, value in settings]
 
 
 @asynccontextmanager

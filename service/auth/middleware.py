@@ -9,11 +9,9 @@ import structlog
 from litestar.middleware import AbstractAuthenticationMiddleware, AuthenticationResult
 
 from service.auth.guards import AnyConnection
-from service.auth.resolver import resolve_principal
 from service.auth.resource import metadata_url
 from service.auth.tokens import TokenRejected
-from service.db.tenancy import name_tenant
-from service.http.audit import find_call, operation_of
+from service.http.audit import call_of_scope, operation_of
 from service.observability.telemetry import route_of, span
 from service.problems import NotAuthenticated
 
@@ -38,15 +36,12 @@ class BearerAuthentication(AbstractAuthenticationMiddleware):
         with span("auth.authenticate"):
             try:
                 verified = await runtime.verifier.verify(token.strip())
-                call = find_call(connection.scope)
-                if call is not None:
-                    operation = operation_of(cast("MutableMapping[str, Any]", connection.scope))
-                    read_only = operation is not None and operation.read_only
-                    principal = await call.enter(verified, read_only=read_only)
-                else:  # only outside the app's call adapter (the app always installs it)
-                    async with runtime.sessionmaker() as session:
-                        await name_tenant(session, verified.tenant_id)
-                        principal = await resolve_principal(session, verified)
+                # The principal is checked in the request's call (service/calls.py).
+                scope = cast("MutableMapping[str, Any]", connection.scope)
+                operation = operation_of(scope)
+                principal = await call_of_scope(scope).enter(
+                    verified, read_only=operation is not None and operation.read_only
+                )
             except TokenRejected as exc:
                 raise NotAuthenticated(
                     f"The access token was rejected ({exc}). Get a new token from /oauth/token.",

@@ -9,7 +9,7 @@ from litestar.datastructures import State
 from litestar.di import NamedDependency
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from service.calls import Call, Facts
+from service.calls import Call
 from service.http.audit import call_of_scope
 from service.runtime import Runtime
 
@@ -29,11 +29,6 @@ def provide_db(request: Request[Any, Any, Any]) -> AsyncSession:
     return call_of_scope(request.scope).db
 
 
-def provide_facts(request: Request[Any, Any, Any]) -> Facts:
-    """Where services note the call's audit facts."""
-    return call_of_scope(request.scope).facts
-
-
 def trusted_issuers(request: Request[Any, Any, Any]) -> frozenset[str]:
     """The `iss` of the configured external issuers, for the services that map principals to
     them or count the admins they let log in."""
@@ -44,4 +39,3 @@ Db = NamedDependency[AsyncSession]
 """The call's session (one transaction per call)."""
 Rt = NamedDependency[Runtime]
 CallDep = NamedDependency[Call]
-FactsDep = NamedDependency[Facts]
