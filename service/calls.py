@@ -88,6 +88,9 @@ class Facts:
     reason: str | None = None
     issued: IssuedIdentity | None = None
     presented_client_id: str | None = None
+    refusal: tuple[int, str] | None = None
+    """What the operation refused when its transport answers 200 all the same (a JSON-RPC
+    error inside an MCP answer): the status REST would answer, and why."""
 
     def add_targets(self, ids: Iterable[uuid.UUID]) -> None:
         room = MAX_TARGETS - len(self.targets)
@@ -96,6 +99,9 @@ class Facts:
 
     def count(self, n: int) -> None:
         self.result_count = n
+
+    def refuse(self, status: int, reason: str) -> None:
+        self.refusal = (status, reason)
 
     def client_presented(self, client_id: str | None) -> None:
         """A client id from an unauthenticated token request: kept only when it is a UUID, so
@@ -207,6 +213,8 @@ class Call:
     async def finish(self, status: int, reason: str | None = None) -> ServiceUnavailable | None:
         """Record the call. A problem means it could not be (answer that instead)."""
         self.finished = True
+        if status < 400 and self.facts.refusal is not None:
+            status, reason = self.facts.refusal
         if reason is not None:
             self.facts.reason = reason
         session = self._session

@@ -174,6 +174,31 @@ async def _invoke(tool: Tool, call: Call, runtime: Runtime, arguments: Any) -> A
     return await tool.run(call, runtime, decode(arguments, tool.arguments))
 
 
+_REFUSALS = {
+    # JSON-RPC error code → the status REST answers for the same refusal, and the row's reason.
+    -32700: (400, "mcp-parse-error"),
+    -32600: (400, "mcp-invalid-request"),
+    -32601: (404, "mcp-method-not-found"),
+    -32602: (422, "mcp-invalid-params"),
+}
+
+
+def _note_refusal(exchange: Call, message: MutableMapping[str, Any]) -> None:
+    """A JSON-RPC error travels in a 200 answer; the exchange's audit row records the refusal
+    (a tool's own refusals are results of its call, audited there with their status)."""
+    body = message.get("body", b"")
+    if message.get("more_body") or b'"error"' not in body:
+        return
+    try:
+        answer = msgspec.json.decode(body)
+    except msgspec.DecodeError:
+        return
+    error = answer.get("error") if isinstance(answer, dict) else None
+    if isinstance(error, dict):
+        code = error.get("code")
+        exchange.facts.refuse(*_REFUSALS.get(code, (500, "mcp-internal-error")))
+
+
 class McpEndpoint:
     """One per app: the SDK server, its session manager (whose task group runs while the app
     does) and the ASGI entry the `/mcp` route calls."""
@@ -204,14 +229,25 @@ class McpEndpoint:
             await _no_stream(send)
             return
         carry_context(scope)
+        exchange = find_call(scope)
+        held: list[MutableMapping[str, Any]] = []
 
-        async def plain_status(message: MutableMapping[str, Any]) -> None:
+        async def audited(message: MutableMapping[str, Any]) -> None:
             # The SDK answers with `HTTPStatus` members; the log and the audit row want numbers.
             if message["type"] == "http.response.start":
                 message["status"] = int(message["status"])
+                held.append(message)  # the row is written at the start: read the body first
+                return
+            if held:
+                start = held.pop()
+                if exchange is not None and start["status"] < 400:
+                    _note_refusal(exchange, message)
+                await send(start)
             await send(message)
 
-        await self.manager.handle_request(scope, receive, plain_status)
+        await self.manager.handle_request(scope, receive, audited)
+        if held:
+            await send(held.pop())
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:

@@ -304,3 +304,30 @@ async def test_exchanges_without_a_tool_call_keep_their_own_row(
         ("mcp.exchange", "POST", 400, "deny"),
         ("mcp.exchange", "POST", 200, "allow"),
     ]
+
+
+async def test_a_protocol_refusal_is_audited_as_a_refusal_not_as_ok(
+    api: Api, runtime: Runtime, owner_engine: AsyncEngine
+) -> None:
+    """JSON-RPC errors travel in a 200 answer; the exchange's audit row records what was
+    refused (the status REST would answer and why), never `allow`/`ok`."""
+    alice = await api.new_agent("alice")
+    accept = {"accept": "application/json, text/event-stream"}
+    async with serving(runtime) as base, mcp_session(base, alice.token) as session:
+        with pytest.raises(MCPError):
+            await session.call_tool("drop_everything", {})
+        async with httpx.AsyncClient(base_url=base, headers=alice.headers, timeout=5) as http:
+            unknown = await http.post(
+                "/mcp", json={"jsonrpc": "2.0", "id": 3, "method": "no/such"}, headers=accept
+            )
+    assert unknown.status_code == 200
+    assert unknown.json()["error"]["code"] == -32601
+    rows = [r for r in await audit_rows(owner_engine) if r["route"] == "/mcp"]
+    refused = [(r["status"], r["decision"], r["reason"]) for r in rows if r["status"] >= 400]
+    assert refused == [
+        (422, "deny", "mcp-invalid-params"),
+        (404, "deny", "mcp-method-not-found"),
+    ]
+    # The handshake (initialize, the initialized notification) stays what it was: allowed.
+    handshake = [(r["status"], r["decision"], r["reason"]) for r in rows if r["status"] < 400]
+    assert handshake == [(200, "allow", "ok"), (202, "allow", "ok")]
