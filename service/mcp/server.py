@@ -196,7 +196,8 @@ def _note_refusal(exchange: Call, message: MutableMapping[str, Any]) -> None:
     error = answer.get("error") if isinstance(answer, dict) else None
     if isinstance(error, dict):
         code = error.get("code")
-        exchange.facts.refuse(*_REFUSALS.get(code, (500, "mcp-internal-error")))
+        known = _REFUSALS.get(code) if isinstance(code, int) else None
+        exchange.facts.refuse(*(known or (500, "mcp-internal-error")))
 
 
 class McpEndpoint:
