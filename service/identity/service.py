@@ -40,7 +40,7 @@ from service.identity.schemas import (
     RoleGrant,
 )
 from service.policy.compile import add_own_grants, lock_policy, recompile
-from service.policy.powers import working_policy_admins
+from service.policy.powers import working_auditors, working_policy_admins
 from service.policy.problems import LastRoleHolder
 from service.policy.rules import add_rules, personal_space_rules, principal_name
 from service.policy.seed import bootstrap_rules
@@ -256,23 +256,43 @@ class IdentityService:
             _check_registration(caller, target, set(row.allowed_scopes), row.kind)
             row.disabled_at = None
         elif row.disabled_at is None:
+            had_auditors = await self._auditors_through(row)
             row.disabled_at = datetime.now(UTC)
             await self._session.flush()
-            if (
-                row.kind == "admin"
-                and Scope.MANAGE_POLICY in row.allowed_scopes
-                and not await working_policy_admins(
-                    self._session, self._tenant_id, self._trusted_issuers
-                )
-            ):
-                raise LastRoleHolder(
-                    f"Client {client_id} is the last working admin client of your tenant's "
-                    "policy admins: disabling it would leave nobody able to manage access, and "
-                    "nothing in the API could undo it. Nothing was changed. Register an admin "
-                    "client with manage:policy for another policy admin (or add one) first."
-                )
+            await self._keep_role_holders(row, had_auditors=had_auditors)
         await self._session.flush()
         return _client_out(row)
+
+    async def _auditors_through(self, row: Client) -> int:
+        """Working auditors before `row` is disabled, when it could be one's credential (a
+        tenant that has none already may still disable clients)."""
+        if row.kind != "admin" or Scope.READ_AUDIT not in row.allowed_scopes:
+            return 0
+        return await working_auditors(self._session, self._tenant_id, self._trusted_issuers)
+
+    async def _keep_role_holders(self, row: Client, *, had_auditors: int) -> None:
+        """After `row` was disabled (flushed): refuse if that took the tenant's last working
+        policy admin or auditor credential (the transaction then rolls back)."""
+        if row.kind != "admin":
+            return
+        if Scope.MANAGE_POLICY in row.allowed_scopes and not await working_policy_admins(
+            self._session, self._tenant_id, self._trusted_issuers
+        ):
+            raise LastRoleHolder(
+                f"Client {row.client_id} is the last working admin client of your tenant's "
+                "policy admins: disabling it would leave nobody able to manage access, and "
+                "nothing in the API could undo it. Nothing was changed. Register an admin "
+                "client with manage:policy for another policy admin (or add one) first."
+            )
+        if had_auditors and not await working_auditors(
+            self._session, self._tenant_id, self._trusted_issuers
+        ):
+            raise LastRoleHolder(
+                f"Client {row.client_id} is the last working admin client of your tenant's "
+                "auditors: disabling it would leave nobody able to read the audit log. Nothing "
+                "was changed. Register an admin client with read:audit for another auditor (or "
+                "grant the auditor role to someone who has one) first."
+            )
 
     async def _personal_space(self, principal_id: uuid.UUID) -> uuid.UUID | None:
         found: uuid.UUID | None = await self._session.scalar(

@@ -66,17 +66,18 @@ async def holds_role(
     return bool(found)
 
 
-# A policy admin counts only if it can still act as one: an enabled user or service reaching
-# the role, with an enabled admin client carrying `manage:policy` or an approved external
-# mapping to an issuer this deployment trusts (its IdP then decides what its tokens carry; a
-# mapping to any other issuer, or one taken out of MEMGATE_EXTERNAL_ISSUERS, can never log in:
-# red-team pass 2, F3). Agents never hold admin scopes, and a
-# member without such credentials cannot manage anything (red-team: a tenant whose only
-# "admins" were an agent and a client-less user let its last real admin disable itself).
+# A role holder counts only if it can still act in the role: an enabled user or service
+# reaching it, with an enabled admin client carrying the role's scope (`manage:policy` for a
+# policy admin, `read:audit` for an auditor) or an approved external mapping to an issuer this
+# deployment trusts (its IdP then decides what its tokens carry; a mapping to any other issuer,
+# or one taken out of MEMGATE_EXTERNAL_ISSUERS, can never log in: red-team pass 2, F3). Agents
+# never hold admin scopes, and a member without such credentials cannot act (red-team: a
+# tenant whose only "admins" were an agent and a client-less user let its last real admin
+# disable itself; the same held for auditors until the auditor rule used this statement too).
 # Who reaches the role is read from the compiled closure (one row per principal and role, so
 # nobody is counted twice however many chains lead there); the caller has rebuilt it for the
 # change being checked. The approval stays a direct line, as everywhere it is read.
-_WORKING_POLICY_ADMINS = text(
+_WORKING_ROLE_HOLDERS = text(
     """
     SELECT count(*) FROM principal_roles r
       JOIN principals p ON p.tenant_id = r.tenant_id AND p.id = r.principal_id
@@ -103,38 +104,41 @@ _WORKING_POLICY_ADMINS = text(
 )
 
 
+async def _working_role_holders(
+    session: AsyncSession,
+    tenant_id: uuid.UUID,
+    trusted_issuers: Collection[str],
+    role: str,
+    scope: Scope,
+) -> int:
+    params = {
+        "issuers": sorted(trusted_issuers),
+        "tenant": tenant_id,
+        "role": role,
+        "scope": str(scope),
+        "approval": EXTERNAL_ADMIN,
+    }
+    return int((await session.execute(_WORKING_ROLE_HOLDERS, params)).scalar_one())
+
+
 async def working_policy_admins(
     session: AsyncSession, tenant_id: uuid.UUID, trusted_issuers: Collection[str]
 ) -> int:
     """Policy admins (directly or through teams) that can still manage the tenant's access:
-    enabled users and services with a working admin credential (see the statement);
-    `trusted_issuers`: the `iss` of the configured external issuers. Reads the compiled
-    closure: after a rule change, call it once the change is compiled."""
-    params = {
-        "issuers": sorted(trusted_issuers),
-        "tenant": tenant_id,
-        "role": POLICY_ADMIN,
-        "scope": str(Scope.MANAGE_POLICY),
-        "approval": EXTERNAL_ADMIN,
-    }
-    return int((await session.execute(_WORKING_POLICY_ADMINS, params)).scalar_one())
-
-
-async def auditor_count(session: AsyncSession, tenant_id: uuid.UUID) -> int:
-    """Enabled principals reaching role:auditor (directly or through teams), from the compiled
-    closure: after a rule change, call it once the change is compiled."""
-    found = await session.scalar(
-        select(func.count())
-        .select_from(PrincipalRole)
-        .join(
-            PrincipalRow,
-            (PrincipalRow.tenant_id == PrincipalRole.tenant_id)
-            & (PrincipalRow.id == PrincipalRole.principal_id),
-        )
-        .where(
-            PrincipalRole.tenant_id == tenant_id,
-            PrincipalRole.role == AUDITOR,
-            PrincipalRow.disabled_at.is_(None),
-        )
+    enabled users and services with a working admin credential holding `manage:policy` (see
+    the statement); `trusted_issuers`: the `iss` of the configured external issuers. Reads the
+    compiled closure: after a rule change, call it once the change is compiled."""
+    return await _working_role_holders(
+        session, tenant_id, trusted_issuers, POLICY_ADMIN, Scope.MANAGE_POLICY
     )
-    return int(found or 0)
+
+
+async def working_auditors(
+    session: AsyncSession, tenant_id: uuid.UUID, trusted_issuers: Collection[str]
+) -> int:
+    """Auditors (directly or through teams) that can still read the audit log: enabled users
+    and services with a working admin credential holding `read:audit`. Same statement and
+    timing rule as `working_policy_admins`."""
+    return await _working_role_holders(
+        session, tenant_id, trusted_issuers, AUDITOR, Scope.READ_AUDIT
+    )

@@ -22,8 +22,8 @@ from service.identity.problems import PrincipalNotFound, untrusted_issuer
 from service.policy.compile import CASBIN_MAX_HIERARCHY, apply_changes, lock_policy
 from service.policy.powers import (
     admin_powers,
-    auditor_count,
     holds_role,
+    working_auditors,
     working_policy_admins,
 )
 from service.policy.problems import (
@@ -409,7 +409,7 @@ class PolicyService:
         # Only a removed membership can take a role away; count the auditors before it, so a
         # tenant that has none already can still change its teams.
         removes_members = any(rule.ptype == "g" for rule in remove)
-        auditors = await auditor_count(self._session, self._tenant_id) if removes_members else 0
+        auditors = await self._working_auditors() if removes_members else 0
         await add_rules(self._session, self._tenant_id, add)
         for rule in remove:
             await remove_rule(self._session, self._tenant_id, rule)
@@ -432,12 +432,16 @@ class PolicyService:
                 "enabled user or service in role:policy_admin with an enabled admin client "
                 "holding manage:policy); nothing was changed. Add another policy admin first."
             )
-        if had_auditors and not await auditor_count(self._session, self._tenant_id):
+        if had_auditors and not await self._working_auditors():
             raise LastRoleHolder(
-                "That change would leave your tenant without an auditor (an enabled principal "
-                "in role:auditor), and nobody could read its audit log; nothing was changed. "
-                "Grant the auditor role to someone else first."
+                "That change would leave your tenant without a working auditor (an enabled "
+                "user or service in role:auditor with an enabled admin client holding "
+                "read:audit), and nobody could read its audit log; nothing was changed. Grant "
+                "the auditor role to someone with such a client first."
             )
+
+    async def _working_auditors(self) -> int:
+        return await working_auditors(self._session, self._tenant_id, self._trusted_issuers)
 
     async def _version(self) -> int:
         version = await self._session.scalar(

@@ -242,6 +242,11 @@ async def test_an_approved_external_admin_of_a_trusted_issuer_still_counts(api: 
             f"/v1/roles/{role}/members/{mapped['id']}", headers=api.admin.headers
         )
         assert added.status_code == 200, added.text
+    # The owner's client is also the tenant's only auditor credential: the mapping audits too.
+    audits = await api.http.put(
+        f"/v1/principals/{mapped['id']}/roles/auditor", headers=api.admin.headers
+    )
+    assert audits.status_code == 200, audits.text
     disabled = await api.http.post(
         f"/v1/clients/{api.admin.client_id}/disable", headers=api.admin.headers
     )
