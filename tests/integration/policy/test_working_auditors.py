@@ -50,7 +50,8 @@ async def test_disabling_the_last_working_auditors_client_is_refused(api: Api) -
     _, _, _, deputy = await _admin(api, "deputy")
     refused = await api.http.post(f"/v1/clients/{api.admin.client_id}/disable", headers=deputy)
     body = assert_problem(refused, 409, "last-role-holder")
-    assert "auditor" in body["detail"] and api.admin.client_id in body["detail"]
+    assert "auditor" in body["detail"]
+    assert api.admin.client_id in body["detail"]
     assert (await api.http.get(AUDIT, headers=api.admin.headers)).status_code == 200
 
 
