@@ -381,7 +381,7 @@ async def open_call(
         except BaseException:
             await call.finish(500, "internal-error")
             raise
-        unrecorded = await call.finish(200)
+        unrecorded = await call.finish(operation.success)
         if unrecorded is not None:
             raise unrecorded
     finally:

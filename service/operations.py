@@ -63,6 +63,10 @@ class Operation:
     authenticated: bool = False
     """With `scope=None`: the caller still needs a valid bearer token, just no particular scope
     (the MCP endpoint, whose tools each check their own operation's scope)."""
+    success: int = 200
+    """The status of a success: 201 for a creation, 204 for an answer without a body. The REST
+    route answers it and every transport's audit row records it (an MCP tool result has no
+    status of its own)."""
 
     def __post_init__(self) -> None:
         if self.name in OPERATIONS:
@@ -112,10 +116,20 @@ def operation(
     takes_input: bool = True,
     read_only: bool = False,
     authenticated: bool = False,
+    success: int = 200,
 ) -> Operation:
     """Declare an operation (module level, once)."""
     return Operation(
-        name, operation_id, summary, scope, problems, check, takes_input, read_only, authenticated
+        name,
+        operation_id,
+        summary,
+        scope,
+        problems,
+        check,
+        takes_input,
+        read_only,
+        authenticated,
+        success,
     )
 
 
@@ -127,6 +141,7 @@ class Declare(Protocol):
         summary: str,
         *problems: type[Problem],
         read_only: bool = False,
+        success: int = 200,
     ) -> Operation: ...
 
 
@@ -140,6 +155,7 @@ def family(scope: Scope, *problems: type[Problem], check: Check) -> Declare:
         summary: str,
         *more: type[Problem],
         read_only: bool = False,
+        success: int = 200,
     ) -> Operation:
         return operation(
             name,
@@ -150,6 +166,7 @@ def family(scope: Scope, *problems: type[Problem], check: Check) -> Declare:
             *more,
             check=check,
             read_only=read_only,
+            success=success,
         )
 
     return declare

@@ -200,11 +200,18 @@ def check_every_route_is_an_operation(app: Any) -> None:
     """Refuse to build an app with a route that is not a declared operation (or an exempt
     probe): adding a route without deciding its scope, check and audit fails at start-up."""
     missing: list[str] = []
+    wrong: list[str] = []
     for route in app.routes:
         # A mounted ASGI app (`/mcp`) is a route with one handler and no HTTP methods.
         for handler in getattr(route, "route_handlers", None) or [route.route_handler]:
             methods = getattr(handler, "http_methods", None) or {"ASGI"}
-            if isinstance(handler.opt.get("operation"), Operation) or handler.opt.get(EXEMPT):
+            operation = handler.opt.get("operation")
+            if isinstance(operation, Operation):
+                status = getattr(handler, "status_code", None)
+                if methods != {"ASGI"} and status != operation.success:
+                    wrong.append(f"{'/'.join(sorted(methods))} {route.path}: {status}")
+                continue
+            if handler.opt.get(EXEMPT):
                 continue
             if route.path.startswith("/schema") or methods == {"OPTIONS"}:
                 continue  # Litestar's own routes: audited as `schema.read` / `http.options`
@@ -213,4 +220,9 @@ def check_every_route_is_an_operation(app: Any) -> None:
         raise RuntimeError(
             "every route must be bound to an Operation (service/operations.py) with "
             "`**route(<operation>)` (or be an exempt probe): " + ", ".join(missing)
+        )
+    if wrong:
+        raise RuntimeError(
+            "a route answers a success status its operation does not declare (declare it with "
+            "`success=` on the operation, which `route()` then sets): " + ", ".join(wrong)
         )

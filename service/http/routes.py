@@ -41,6 +41,8 @@ def route(operation: Operation, **extra: Any) -> dict[str, Any]:
         "operation_id": operation.operation_id,
         "summary": operation.summary,
     }
+    if operation.success != 200:
+        kwargs["status_code"] = operation.success
     if operation.public:
         opt[PUBLIC] = True
         kwargs["security"] = []

@@ -5,7 +5,6 @@ from __future__ import annotations
 from litestar import Controller, Request, delete, get, post, put
 from litestar.datastructures import ResponseHeader, State
 from litestar.params import FromPath, JSONBody
-from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
 
 from service.auth.principal import Principal
 from service.auth.tokens import VerifiedToken
@@ -42,7 +41,7 @@ class PrincipalController(Controller):
     path = "/v1/principals"
     tags = ["admin"]
 
-    @post("/", status_code=HTTP_201_CREATED, **route(ops.PRINCIPAL_CREATE))
+    @post("/", **route(ops.PRINCIPAL_CREATE))
     async def create_principal(
         self, request: AuthedRequest, data: JSONBody[PrincipalCreate], call: CallDep
     ) -> PrincipalOut:
@@ -81,7 +80,6 @@ class PrincipalController(Controller):
 
     @delete(
         "/{principal_id:str}/roles/{role:str}",
-        status_code=HTTP_204_NO_CONTENT,
         **route(ops.ROLE_REVOKE),
     )
     async def revoke_role(
@@ -102,7 +100,6 @@ class ClientController(Controller):
 
     @post(
         "/",
-        status_code=HTTP_201_CREATED,
         response_headers=[ResponseHeader(name="Cache-Control", value="no-store")],
         **route(ops.CLIENT_CREATE),
     )

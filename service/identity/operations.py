@@ -18,6 +18,7 @@ PRINCIPAL_CREATE = managed(
     "Create a user, agent or service principal",
     ExternalSubjectTaken,
     ExternalIssuerUntrusted,
+    success=201,
 )
 PRINCIPAL_LIST = managed(
     "principal.list", "listPrincipals", "List the principals of your tenant", read_only=True
@@ -34,6 +35,7 @@ ROLE_REVOKE = managed(
     "Take a tenant role away",
     PrincipalNotFound,
     LastRoleHolder,
+    success=204,
 )
 CLIENT_CREATE = managed(
     "client.create",
@@ -41,6 +43,7 @@ CLIENT_CREATE = managed(
     "Register an OAuth client",
     PrincipalNotFound,
     ScopeNotAllowed,
+    success=201,
 )
 CLIENT_LIST = managed(
     "client.list", "listClients", "List the clients of your tenant", read_only=True

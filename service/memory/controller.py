@@ -9,7 +9,6 @@ from litestar import Controller, Request, delete, get, post
 from litestar.datastructures import State
 from litestar.di import NamedDependency, Provide
 from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
-from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
 
 from service.auth.principal import Principal
 from service.auth.tokens import VerifiedToken
@@ -61,7 +60,7 @@ class MemoryController(Controller):
     tags = ["memories"]
     dependencies = {"filters": Provide(provide_filters, sync_to_thread=False)}
 
-    @post("/", status_code=HTTP_201_CREATED, **route(ops.WRITE))
+    @post("/", **route(ops.WRITE))
     async def remember(
         self, request: AuthedRequest, data: JSONBody[MemoryCreate], call: CallDep, runtime: Rt
     ) -> MemoryWritten:
@@ -112,7 +111,7 @@ class MemoryController(Controller):
         """Get one memory by id (superseded versions included, with their links)."""
         return await _service(call, runtime).get(request.user, parse_id(memory_id))
 
-    @delete("/{memory_id:str}", status_code=HTTP_204_NO_CONTENT, **route(ops.DELETE))
+    @delete("/{memory_id:str}", **route(ops.DELETE))
     async def forget(
         self, request: AuthedRequest, memory_id: FromPath[str], call: CallDep, runtime: Rt
     ) -> None:

@@ -30,6 +30,7 @@ WRITE = operation(
     NoWritableSpace,
     EmbeddingInvalid,
     EmbeddingFailed,
+    success=201,
 )
 LIST = operation(
     "memory.list",
@@ -78,4 +79,5 @@ DELETE = operation(
     Scope.DELETE_MEMORY,
     MemoryNotFound,
     DeleteNeedsWrite,
+    success=204,
 )

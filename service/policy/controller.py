@@ -6,7 +6,6 @@ from __future__ import annotations
 from litestar import Controller, Request, delete, get, post, put
 from litestar.datastructures import State
 from litestar.params import FromPath, JSONBody
-from litestar.status_codes import HTTP_201_CREATED
 
 from service.auth.principal import Principal
 from service.auth.tokens import VerifiedToken
@@ -44,7 +43,7 @@ class TeamController(Controller):
     path = "/v1/teams"
     tags = ["policy"]
 
-    @post("/", status_code=HTTP_201_CREATED, **route(ops.TEAM_CREATE))
+    @post("/", **route(ops.TEAM_CREATE))
     async def create_team(
         self, request: AuthedRequest, data: JSONBody[TeamCreate], call: CallDep
     ) -> TeamOut:
@@ -95,7 +94,7 @@ class SpaceController(Controller):
     path = "/v1/spaces"
     tags = ["policy"]
 
-    @post("/", status_code=HTTP_201_CREATED, **route(ops.SPACE_CREATE))
+    @post("/", **route(ops.SPACE_CREATE))
     async def create_space(
         self, request: AuthedRequest, data: JSONBody[SpaceCreate], call: CallDep
     ) -> SpaceCreated:
@@ -201,7 +200,6 @@ class PermissionController(Controller):
 
     @put(
         "/{principal_id:str}/delegates/{agent_id:str}",
-        status_code=204,
         **route(ops.DELEGATE_ALLOW),
     )
     async def allow_delegate(
@@ -220,7 +218,6 @@ class PermissionController(Controller):
 
     @delete(
         "/{principal_id:str}/delegates/{agent_id:str}",
-        status_code=204,
         **route(ops.DELEGATE_REVOKE),
     )
     async def revoke_delegate(

@@ -22,7 +22,9 @@ managed = family(Scope.MANAGE_POLICY, PolicyAdminRequired, check=requires_policy
 role:policy_admin."""
 
 
-TEAM_CREATE = managed("policy.team.create", "createTeam", "Create a team", PolicyNameInvalid)
+TEAM_CREATE = managed(
+    "policy.team.create", "createTeam", "Create a team", PolicyNameInvalid, success=201
+)
 TEAM_LIST = managed(
     "policy.team.list", "listTeams", "List the teams of your tenant", read_only=True
 )
@@ -50,6 +52,7 @@ SPACE_CREATE = managed(
     PersonalSpace,
     PolicyNameInvalid,
     PolicyTooDeep,
+    success=201,
 )
 SPACE_LIST = managed(
     "policy.space.list", "listSpaces", "List the spaces of your tenant", read_only=True
@@ -111,6 +114,7 @@ DELEGATE_ALLOW = operation(
     PolicyNameInvalid,
     PolicyAdminRequired,
     PolicyReadSelfOnly,
+    success=204,
 )
 DELEGATE_REVOKE = operation(
     "policy.delegate.revoke",
@@ -121,6 +125,7 @@ DELEGATE_REVOKE = operation(
     PolicyNameInvalid,
     PolicyAdminRequired,
     PolicyReadSelfOnly,
+    success=204,
 )
 PERMISSIONS = operation(
     "policy.permissions",

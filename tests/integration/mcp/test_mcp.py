@@ -206,13 +206,14 @@ async def test_one_audit_row_per_tool_call_with_its_operation(
     mcp_rows = [r for r in rows if r["route"] == "/mcp"]
     tool_rows = [r for r in mcp_rows if r["action"] != "mcp.exchange"]
     assert [(r["action"], r["decision"], r["status"]) for r in tool_rows] == [
-        ("memory.write", "allow", 200),
+        # The status REST answers for the same operation: a tool's row reads like REST's.
+        ("memory.write", "allow", 201),
         ("memory.search", "allow", 200),
         ("memory.get", "allow", 200),
         ("memory.list", "allow", 200),
         ("memory.count", "allow", 200),
         ("memory.get", "deny", 404),
-        ("memory.delete", "allow", 200),
+        ("memory.delete", "allow", 204),
     ]
     for row in mcp_rows:
         assert row["method"] == "POST"
