@@ -68,7 +68,8 @@ async def holds_role(
 
 # A policy admin counts only if it can still act as one: an enabled user or service reaching
 # the role, with an enabled admin client carrying `manage:policy` or an approved external
-# mapping to an issuer this deployment trusts (its IdP then decides what its tokens carry; a
+# mapping to an issuer this deployment trusts or the tenant registered (its IdP then decides
+# what its tokens carry; a
 # mapping to any other issuer, or one taken out of MEMGATE_EXTERNAL_ISSUERS, can never log in:
 # red-team pass 2, F3). Agents never hold admin scopes, and a
 # member without such credentials cannot manage anything (red-team: a tenant whose only
@@ -91,7 +92,9 @@ _WORKING_POLICY_ADMINS = text(
             )
          OR (
             p.external_subject IS NOT NULL
-            AND p.external_issuer = ANY(CAST(:issuers AS text[]))
+            AND (p.external_issuer = ANY(CAST(:issuers AS text[]))
+                 OR EXISTS (SELECT 1 FROM tenant_issuers i
+                             WHERE i.tenant_id = p.tenant_id AND i.issuer = p.external_issuer))
             AND EXISTS (
                 SELECT 1 FROM casbin_rule a
                  WHERE a.tenant_id = p.tenant_id AND a.ptype = 'g'
