@@ -146,17 +146,17 @@ class IssuerService:
         )
 
     def _validate(self, data: IssuerCreate) -> None:
-        try:
-            check_url(data.issuer, allow_loopback=self._allow_loopback, what="issuer")
-            check_url(data.jwks_url, allow_loopback=self._allow_loopback)
-        except UrlRefused as refused:
-            raise IssuerInvalid(f"{refused} Nothing was changed.") from None
         if data.issuer.rstrip("/") in self._reserved:
             raise IssuerReserved(
                 "issuer is memgate's own or one the operator trusts for every tenant "
                 "(GET /.well-known/oauth-protected-resource lists them): its tokens already "
                 "work here. Register only your own identity provider. Nothing was changed."
             )
+        try:
+            check_url(data.issuer, allow_loopback=self._allow_loopback, what="issuer")
+            check_url(data.jwks_url, allow_loopback=self._allow_loopback)
+        except UrlRefused as refused:
+            raise IssuerInvalid(f"{refused} Nothing was changed.") from None
         unknown = [alg for alg in data.algorithms if alg not in ALGORITHMS]
         if unknown:
             raise IssuerInvalid(
