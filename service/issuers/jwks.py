@@ -114,7 +114,7 @@ async def _resolve(host: str, port: int, allow_loopback: bool) -> Address:
         found = [ipaddress.ip_address(info[4][0]) for info in infos]
     if not found or not all(_fetchable(a, allow_loopback=allow_loopback) for a in found):
         raise ValueError("JWKS host resolves to an address that is not public")
-    return found[0]
+    return min(found, key=lambda address: address.version)  # IPv4 first, as most IdPs serve
 
 
 def _literal(host: str) -> Address | None:
