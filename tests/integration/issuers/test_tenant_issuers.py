@@ -342,3 +342,29 @@ async def test_operator_issuers_still_name_their_tenant_in_a_claim(
             "/v1/issuers", json=_body(idp_a, "other", issuer=IDP_B), headers=api.admin.headers
         )
         assert_problem(reserved, 422, "issuer-reserved")
+
+
+async def test_the_issuer_of_the_last_working_admin_is_not_deleted(
+    acme: Api, idp_a: LoopbackIdp
+) -> None:
+    """An approved admin mapped to a registered issuer is a working admin (so the owner may
+    disable its own last client), and that issuer cannot then be deleted: nobody could manage
+    the tenant any more. 409, nothing changed, the IdP admin still at work."""
+    created = await register(acme, **_body(idp_a, AUD_A))
+    admin = await mapped(acme, IDP_A, "idp-admin")
+    for role in ("external_admin", "policy_admin"):
+        added = await acme.http.put(
+            f"/v1/roles/{role}/members/{admin['id']}", headers=acme.admin.headers
+        )
+        assert added.status_code == 200, added.text
+    disabled = await acme.http.post(
+        f"/v1/clients/{acme.admin.client_id}/disable", headers=acme.admin.headers
+    )
+    assert disabled.status_code == 200, disabled.text
+    token = idp_a.token(AUD_A, "idp-admin", scope="manage:policy read:memory")
+    headers = {"Authorization": f"Bearer {token}"}
+    refused = await acme.http.delete(f"/v1/issuers/{created['id']}", headers=headers)
+    assert_problem(refused, 409, "last-role-holder")
+    assert await _issuer_rows(acme) == 1
+    listed = await acme.http.get("/v1/issuers", headers=headers)
+    assert [item["id"] for item in listed.json()["items"]] == [created["id"]]
