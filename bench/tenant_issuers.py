@@ -25,7 +25,7 @@ import time
 from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx
 from joserfc import jwt
@@ -116,7 +116,7 @@ async def _requests(url: str, token_of: Any, jwks_url: str, count: int, lookups:
     for cache_seconds in (5.0, 0.0):
         runtime = await _runtime(base, url, cache_seconds)
         try:
-            transport = httpx.ASGITransport(app=create_app(runtime))
+            transport = httpx.ASGITransport(app=cast(Any, create_app(runtime)))
             async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as c:
                 if not registered:
                     await _register(c, runtime, jwks_url)
@@ -143,7 +143,8 @@ async def main(lookups: int, requests: int) -> None:
 
     def token() -> str:
         now = int(time.time())
-        claims = {"iss": ISSUER, "aud": AUDIENCE, "sub": SUBJECT, "scope": "read:memory"}
+        claims: dict[str, Any] = {"iss": ISSUER, "aud": AUDIENCE, "sub": SUBJECT}
+        claims |= {"scope": "read:memory"}
         claims |= {"iat": now, "exp": now + 600}
         return jwt.encode({"alg": "ES256", "kid": "k1", "typ": "at+jwt"}, claims, key)
 

@@ -368,3 +368,25 @@ async def test_the_issuer_of_the_last_working_admin_is_not_deleted(
     assert await _issuer_rows(acme) == 1
     listed = await acme.http.get("/v1/issuers", headers=headers)
     assert [item["id"] for item in listed.json()["items"]] == [created["id"]]
+
+
+async def test_a_pair_that_moves_to_another_tenant_never_verifies_for_the_old_one(
+    database_url: str, tmp_path: Path, embedder: Embedder, idp_a: LoopbackIdp
+) -> None:
+    """acme deletes its registration and globex takes the pair: the token that worked in acme
+    is refused while acme's config is still cached (the entrance finds the row gone), and
+    once the cache forgets it, the same token lands in globex, never in acme."""
+    async with issuer_app(database_url, tmp_path, embedder, tenant_issuer_cache_seconds=1) as acme:
+        globex = await acme.other_tenant()
+        created = await register(acme, **_body(idp_a, AUD_A))
+        await mapped(acme, IDP_A, SUBJECT)
+        token = idp_a.token(AUD_A, SUBJECT)
+        assert (await get_protected(acme.http, token)).status_code == 200
+        gone = await acme.http.delete(f"/v1/issuers/{created['id']}", headers=acme.admin.headers)
+        assert gone.status_code == 204
+        await register(globex, **_body(idp_a, AUD_A))
+        await mapped(globex, IDP_A, SUBJECT)
+        assert_token_rejected(await get_protected(acme.http, token), token)
+        await asyncio.sleep(1.1)
+        await acme.remember(bearer(token), key="moved", value="written after the move")
+        assert {str(r["tenant_id"]) for r in await memory_rows(acme.runtime)} == {globex.tenant_id}
