@@ -390,3 +390,33 @@ async def test_a_pair_that_moves_to_another_tenant_never_verifies_for_the_old_on
         await asyncio.sleep(1.1)
         await acme.remember(bearer(token), key="moved", value="written after the move")
         assert {str(r["tenant_id"]) for r in await memory_rows(acme.runtime)} == {globex.tenant_id}
+
+
+async def test_issuer_calls_are_audited_with_ids_and_counts_only(
+    acme: Api, idp_a: LoopbackIdp
+) -> None:
+    """Each call is a row of its tenant's chain naming the registration by id; its URLs and
+    audience stay out of the log. A refused registration is audited as a denial."""
+    created = await register(acme, **_body(idp_a, AUD_A))
+    await acme.http.get("/v1/issuers", headers=acme.admin.headers)
+    await acme.http.post("/v1/issuers", json=_body(idp_a, AUD_A), headers=acme.admin.headers)
+    await acme.http.delete(f"/v1/issuers/{created['id']}", headers=acme.admin.headers)
+    events = await acme.http.get(
+        "/v1/audit/events", params={"limit": 100}, headers=acme.admin.headers
+    )
+    assert events.status_code == 200, events.text
+    rows = [e for e in events.json()["items"] if e["action"].startswith("issuer.")]
+    summary = sorted(
+        (e["action"], e["decision"], e["status"], e["target_ids"], e["result_count"]) for e in rows
+    )
+    assert summary == sorted(
+        [
+            ("issuer.create", "allow", 201, [created["id"]], None),
+            ("issuer.list", "allow", 200, [], 1),
+            ("issuer.create", "deny", 409, [], None),
+            ("issuer.delete", "allow", 204, [created["id"]], None),
+        ]
+    )
+    assert {e["reason"] for e in rows if e["decision"] == "deny"} == {"issuer-taken"}
+    for text in (idp_a.url, AUD_A, "login.acme.test"):
+        assert text not in events.text
