@@ -12,10 +12,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from litestar.testing import AsyncTestClient
 
+from service.app import create_app
 from service.embeddings import Embedder
-from tests.conftest import PUBLIC_URL, TRUSTED_TEST_ISSUER
+from service.runtime import build_runtime
+from tests.conftest import PUBLIC_URL, TRUSTED_TEST_ISSUER, make_settings
 from tests.fixtures.api import Api
+from tests.fixtures.postgres import app_login
 from tests.integration.auth.forge import assert_token_rejected, get_protected
 from tests.integration.issuers.support import (
     LoopbackIdp,
@@ -109,6 +113,8 @@ async def test_every_route_needs_a_token_the_scope_and_hides_other_tenants(
 async def test_registered_idp_tokens_read_and_write_in_its_tenant_only(
     acme: Api, idp_a: LoopbackIdp
 ) -> None:
+    early = idp_a.token(AUD_A, SUBJECT)
+    assert_token_rejected(await get_protected(acme.http, early), early)
     created = await register(acme, **_body(idp_a, AUD_A))
     assert {k: created[k] for k in ("issuer", "audience", "jwks_url", "algorithms")} == {
         "issuer": IDP_A,
@@ -119,6 +125,8 @@ async def test_registered_idp_tokens_read_and_write_in_its_tenant_only(
     listed = await acme.http.get("/v1/issuers", headers=acme.admin.headers)
     assert [item["id"] for item in listed.json()["items"]] == [created["id"]]
     principal = await mapped(acme, IDP_A, SUBJECT)
+    # The pair refused a moment ago works from the next request (misses are never cached).
+    assert (await get_protected(acme.http, early)).status_code == 200
     user = bearer(idp_a.token(AUD_A, SUBJECT))
     written = await acme.remember(user, key="deploy.window", value="deploys are on fridays")
     assert written["provenance"]["writer_id"] == principal["id"]
@@ -420,3 +428,32 @@ async def test_issuer_calls_are_audited_with_ids_and_counts_only(
     assert {e["reason"] for e in rows if e["decision"] == "deny"} == {"issuer-taken"}
     for text in (idp_a.url, AUD_A, "login.acme.test"):
         assert text not in events.text
+
+
+async def test_a_delete_in_one_worker_stops_the_token_in_another(
+    database_url: str, tmp_path: Path, embedder: Embedder, idp_a: LoopbackIdp
+) -> None:
+    """Two runtimes on one database stand for two workers, each with its own config cache:
+    the one that did not delete, its cache warm, refuses the token on its next request."""
+    settings = make_settings(database_url, tmp_path, tenant_issuers_allow_loopback=True)
+    runtimes = [
+        await build_runtime(settings, app_login(database_url), embedder, owner_url=database_url)
+        for _ in range(2)
+    ]
+    try:
+        async with (
+            AsyncTestClient(app=create_app(runtimes[0]), base_url=PUBLIC_URL) as first,
+            AsyncTestClient(app=create_app(runtimes[1]), base_url=PUBLIC_URL) as second,
+        ):
+            acme = await Api.bootstrap(first, runtimes[0])
+            created = await register(acme, **_body(idp_a, AUD_A))
+            await mapped(acme, IDP_A, SUBJECT)
+            token = idp_a.token(AUD_A, SUBJECT)
+            for http in (first, second):
+                assert (await get_protected(http, token)).status_code == 200
+            deleted = await first.delete(f"/v1/issuers/{created['id']}", headers=acme.admin.headers)
+            assert deleted.status_code == 204
+            assert_token_rejected(await get_protected(second, token), token)
+    finally:
+        for runtime in runtimes:
+            await runtime.close()
