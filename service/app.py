@@ -26,6 +26,7 @@ from service.http.headers import security_headers
 from service.http.health import HealthController
 from service.http.openapi_doc import SpecJson, SpecYaml
 from service.identity.controller import ClientController, PrincipalController
+from service.issuers.controller import IssuerController
 from service.mcp.controller import mcp_routes
 from service.memory.controller import MemoryController
 from service.observability.logging import request_context_middleware
@@ -97,6 +98,7 @@ def create_app(runtime: Runtime | None = None) -> Litestar:
             MemoryController,
             PrincipalController,
             ClientController,
+            IssuerController,
             AuditController,
             TeamController,
             SpaceController,

@@ -31,6 +31,7 @@ from service.db.models import EMBEDDING_DIMENSIONS
 from service.db.roles import login_problems
 from service.db.session import create_engine, create_sessionmaker
 from service.embeddings import Embedder, EmbeddingFailed, EmbeddingInvalid, traced_embedder
+from service.issuers.directory import TenantIssuerDirectory
 from service.observability.telemetry import instrument_engine
 from service.settings import Settings
 
@@ -217,10 +218,18 @@ async def build_runtime(
                 client_id_claim=external.client_id_claim,
             )
         )
+    tenant_issuers = TenantIssuerDirectory(
+        sessionmaker,
+        cache_seconds=settings.auth.tenant_issuer_cache_seconds,
+        jwks_timeout=settings.auth.tenant_jwks_timeout_seconds,
+        allow_loopback=settings.auth.tenant_issuers_allow_loopback,
+        min_refetch=settings.auth.jwks_refetch_seconds,
+    )
     verifier = TokenVerifier(
         issuers,
         leeway=settings.auth.leeway_seconds,
         max_ttl=settings.auth.max_token_ttl_seconds,
+        directory=tenant_issuers,
     )
     async with sessionmaker() as session:
         if await signing_key(session, kek) is None:

@@ -164,6 +164,15 @@ class AuthSettings:
         comes back. Both limits are per process (docs/security.md).
     token_db_wait_seconds: `MEMGATE_TOKEN_DB_WAIT_SECONDS`; longest a token request waits for
         the database (a pool connection, its lookups) before it answers 503.
+    tenant_issuers_allow_loopback: `MEMGATE_TENANT_ISSUERS_ALLOW_LOOPBACK`; let tenant admins
+        register JWKS URLs on loopback (`http://127.0.0.1`, `http://localhost`, `[::1]`), for
+        tests and an IdP on the same host. Off: https only, and never to a private, loopback,
+        link-local or otherwise non-global address (docs/tenants.md, External issuers).
+    tenant_jwks_timeout_seconds: `MEMGATE_TENANT_JWKS_TIMEOUT_SECONDS`; the whole of one fetch
+        of a tenant-registered JWKS (resolve, connect, read); a token waiting for it fails 401.
+    tenant_issuer_cache_seconds: `MEMGATE_TENANT_ISSUER_CACHE_SECONDS`; how long a worker keeps
+        a tenant issuer's verification config (0 to 10). Deleting an issuer still stops its
+        tokens on the next request: the entrance statement checks the row is there.
     """
 
     audience: str = "memgate"
@@ -181,6 +190,9 @@ class AuthSettings:
     token_failure_burst: int = 10
     token_failures_per_minute: float = 10.0
     token_db_wait_seconds: float = 2.0
+    tenant_issuers_allow_loopback: bool = False
+    tenant_jwks_timeout_seconds: float = 3.0
+    tenant_issuer_cache_seconds: float = 5.0
 
     @property
     def trusted_external_issuers(self) -> frozenset[str]:
@@ -208,6 +220,10 @@ class AuthSettings:
                 "MEMGATE_TOKEN_FAILURES_PER_MINUTE and MEMGATE_TOKEN_DB_WAIT_SECONDS must be "
                 "positive"
             )
+        if not 0 <= self.tenant_issuer_cache_seconds <= 10:
+            raise ValueError("MEMGATE_TENANT_ISSUER_CACHE_SECONDS must be between 0 and 10")
+        if not 0 < self.tenant_jwks_timeout_seconds <= 30:
+            raise ValueError("MEMGATE_TENANT_JWKS_TIMEOUT_SECONDS must be above 0, at most 30")
         if not 0 <= self.leeway_seconds <= 60:
             raise ValueError("MEMGATE_TOKEN_LEEWAY must be between 0 and 60 seconds")
         if self.signing_alg not in {"ES256", "EdDSA"}:
@@ -234,6 +250,9 @@ class AuthSettings:
             token_failure_burst=_env_int("MEMGATE_TOKEN_FAILURE_BURST", 10),
             token_failures_per_minute=float(_env("MEMGATE_TOKEN_FAILURES_PER_MINUTE", "10")),
             token_db_wait_seconds=float(_env("MEMGATE_TOKEN_DB_WAIT_SECONDS", "2")),
+            tenant_issuers_allow_loopback=_env_bool("MEMGATE_TENANT_ISSUERS_ALLOW_LOOPBACK", False),
+            tenant_jwks_timeout_seconds=float(_env("MEMGATE_TENANT_JWKS_TIMEOUT_SECONDS", "3")),
+            tenant_issuer_cache_seconds=float(_env("MEMGATE_TENANT_ISSUER_CACHE_SECONDS", "5")),
         )
 
 

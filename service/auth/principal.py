@@ -23,6 +23,8 @@ class Principal:
     embedded: bool = False
     """The token came from the embedded issuer, so `client_id` names one of the tenant's
     clients (an external IdP's client ids are its own)."""
+    issuer_id: uuid.UUID | None = None
+    """The tenant's registration of the IdP the token came from (`tenant_issuers`), if any."""
 
     def has_scope(self, scope: str) -> bool:
         return scope in self.scopes

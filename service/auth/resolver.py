@@ -20,7 +20,7 @@ from sqlalchemy.sql.selectable import ScalarSelect
 from service.auth.principal import Principal
 from service.auth.scopes import ADMIN_SCOPES
 from service.auth.tokens import TokenRejected, VerifiedToken
-from service.db.models import CasbinRule, Client, Delegation
+from service.db.models import CasbinRule, Client, Delegation, TenantIssuer
 from service.db.models import Principal as PrincipalRow
 from service.policy.rules import EXTERNAL_ADMIN
 
@@ -74,6 +74,7 @@ def _principal(token: VerifiedToken, holder: _Holder) -> Principal:
         issuer=token.issuer.issuer,
         act=token.act,
         embedded=token.issuer.embedded,
+        issuer_id=token.issuer.issuer_id,
     )
 
 
@@ -236,16 +237,23 @@ async def _external_principal(session: AsyncSession, token: VerifiedToken) -> _H
         CasbinRule.v0 == PrincipalRow.kind + ":" + cast(PrincipalRow.id, Text),
         CasbinRule.v1 == EXTERNAL_ADMIN,
     )
-    found = (
-        await session.execute(
-            select(PrincipalRow.id, PrincipalRow.kind, approved).where(
-                PrincipalRow.tenant_id == token.tenant_id,
-                PrincipalRow.external_issuer == token.issuer.issuer,
-                PrincipalRow.external_subject == token.subject,
-                PrincipalRow.disabled_at.is_(None),
+    statement = select(PrincipalRow.id, PrincipalRow.kind, approved).where(
+        PrincipalRow.tenant_id == token.tenant_id,
+        PrincipalRow.external_issuer == token.issuer.issuer,
+        PrincipalRow.external_subject == token.subject,
+        PrincipalRow.disabled_at.is_(None),
+    )
+    if token.issuer.issuer_id is not None:
+        # A tenant-registered issuer verifies from a config cached for a few seconds; whether
+        # its row is still there is asked here, in the same statement: deleting an issuer
+        # stops its tokens on the next request, in every worker.
+        statement = statement.where(
+            exists().where(
+                TenantIssuer.tenant_id == PrincipalRow.tenant_id,
+                TenantIssuer.id == token.issuer.issuer_id,
             )
         )
-    ).one_or_none()
+    found = (await session.execute(statement)).one_or_none()
     if found is None:
         return None
     principal_id, principal_kind, admin_approved = found
@@ -255,7 +263,8 @@ async def _external_principal(session: AsyncSession, token: VerifiedToken) -> _H
 async def admin_credentials_live(session: AsyncSession, caller: Principal) -> bool:
     """Whether the credentials an admin call was authenticated with still hold: its principal
     enabled and, for our own tokens, its client enabled; for an external token with admin
-    scopes, its approval still there. Authentication checked this at the start of the request;
+    scopes, its approval still there (and for a tenant-registered IdP, its registration).
+    Authentication checked this at the start of the request;
     a change that must not act on stale credentials (a policy change, under the tenant's
     policy lock) checks again. Delegated calls never carry admin scopes, so never pass."""
     if caller.actor_id is not None:
@@ -285,6 +294,14 @@ async def admin_credentials_live(session: AsyncSession, caller: Principal) -> bo
                 CasbinRule.ptype == "g",
                 CasbinRule.v0 == PrincipalRow.kind + ":" + cast(PrincipalRow.id, Text),
                 CasbinRule.v1 == EXTERNAL_ADMIN,
+            )
+        )
+    if caller.issuer_id is not None:
+        # The IdP it logged in with is still registered (deleted while it waited: refused).
+        live = live.where(
+            exists().where(
+                TenantIssuer.tenant_id == PrincipalRow.tenant_id,
+                TenantIssuer.id == caller.issuer_id,
             )
         )
     return await session.scalar(live) is not None

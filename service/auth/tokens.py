@@ -13,7 +13,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import httpx
 from joserfc import jws, jwt
@@ -39,10 +39,22 @@ class CachedKeySet:
     """A JWKS with a TTL, refetched on an unknown `kid` at most once per `min_refetch` seconds
     behind a single-flight lock; keeps serving the last good keys if a refetch fails."""
 
-    def __init__(self, fetch: KeyFetcher, *, ttl: float = 600.0, min_refetch: float = 30.0):
+    def __init__(
+        self,
+        fetch: KeyFetcher,
+        *,
+        ttl: float = 600.0,
+        min_refetch: float = 30.0,
+        fail_fast: bool = False,
+    ):
+        """`fail_fast`: a source that never answered is not asked again for `min_refetch`
+        seconds either (its tokens are refused at once meanwhile), so a URL that hangs costs
+        one timeout per `min_refetch`, not one per request (tenant-registered issuers, whose
+        URL a tenant admin picks)."""
         self._fetch = fetch
         self._ttl = ttl
         self._min_refetch = min_refetch
+        self._fail_fast = fail_fast
         self._keys: KeySet | None = None
         self._fetched_at = float("-inf")
         self._attempted_at = float("-inf")
@@ -68,7 +80,7 @@ class CachedKeySet:
         is younger than `min_refetch`: then the last good keys keep serving, and a source that
         is down is not asked again on every lookup."""
         if self._keys is None:
-            return True
+            return not self._fail_fast or self._may_refetch()
         if time.monotonic() - self._fetched_at <= self._ttl:
             return False
         return self._fetched_at >= self._attempted_at or self._may_refetch()
@@ -123,6 +135,18 @@ class TrustedIssuer:
     subject_claim: str = "sub"
     scope_claim: str = "scope"
     client_id_claim: str = "client_id"
+    tenant_id: uuid.UUID | None = None
+    """A tenant-registered issuer's tenant: every token it verifies belongs to it, whatever
+    the token's claims say (None: the operator's issuers, whose tokens name their tenant)."""
+    issuer_id: uuid.UUID | None = None
+    """The `tenant_issuers` row it came from; the entrance checks it is still there."""
+
+
+class IssuerDirectory(Protocol):
+    """Where issuers a tenant registered are found, by a token's `iss` and its one `aud`
+    (service/issuers/directory.py)."""
+
+    async def find(self, issuer: str, audience: str) -> TrustedIssuer | None: ...
 
 
 @dataclass(frozen=True)
@@ -138,10 +162,20 @@ class VerifiedToken:
 
 
 class TokenVerifier:
-    def __init__(self, issuers: list[TrustedIssuer], *, leeway: int, max_ttl: int) -> None:
+    def __init__(
+        self,
+        issuers: list[TrustedIssuer],
+        *,
+        leeway: int,
+        max_ttl: int,
+        directory: IssuerDirectory | None = None,
+    ) -> None:
+        """`issuers`: the embedded and the operator's issuers, chosen by `iss` alone and always
+        first; `directory`: the issuers tenants registered, chosen by (`iss`, `aud`)."""
         self._issuers = {issuer.issuer: issuer for issuer in issuers}
         self._leeway = leeway
         self._max_ttl = max_ttl
+        self._directory = directory
 
     def trusts(self, issuer: str) -> bool:
         return issuer in self._issuers
@@ -150,11 +184,7 @@ class TokenVerifier:
         if len(token) > MAX_TOKEN_BYTES:
             raise TokenRejected("token too large")
         header, unverified = _peek(token)
-        iss = unverified.get("iss")
-        # Only a string names an issuer; a list or object `iss` is unhashable and never trusted.
-        issuer = self._issuers.get(iss) if isinstance(iss, str) else None
-        if issuer is None:
-            raise TokenRejected("untrusted issuer")
+        issuer = await self._issuer_of(unverified)
         alg = header.get("alg")
         if alg not in issuer.algorithms:
             raise TokenRejected("algorithm not allowed for this issuer")
@@ -175,6 +205,20 @@ class TokenVerifier:
         claims = decoded.claims
         self._check_claims(issuer, claims)
         return _to_verified(issuer, claims)
+
+    async def _issuer_of(self, unverified: dict[str, Any]) -> TrustedIssuer:
+        iss = unverified.get("iss")
+        # Only a string names an issuer; a list or object `iss` is unhashable and never trusted.
+        if not isinstance(iss, str):
+            raise TokenRejected("untrusted issuer")
+        issuer = self._issuers.get(iss)
+        if issuer is None and self._directory is not None:
+            audience = _single_audience(unverified.get("aud"))
+            if audience is not None:
+                issuer = await self._directory.find(iss, audience)
+        if issuer is None:
+            raise TokenRejected("untrusted issuer")
+        return issuer
 
     def _check_claims(self, issuer: TrustedIssuer, claims: dict[str, Any]) -> None:
         required: dict[str, Any] = {
@@ -203,6 +247,14 @@ def _exactly_our_audience(aud: object, expected: str) -> bool:
     return aud in (expected, [expected])
 
 
+def _single_audience(aud: object) -> str | None:
+    """The one audience an unverified token names (a string or a one-element list), else None:
+    a token naming two audiences is never accepted anyway."""
+    if isinstance(aud, list) and len(aud) == 1:
+        aud = aud[0]
+    return aud if isinstance(aud, str) else None
+
+
 def _peek(token: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """Header and claims before verification, only to pick the issuer and key."""
     try:
@@ -215,11 +267,24 @@ def _peek(token: str) -> tuple[dict[str, Any], dict[str, Any]]:
     return dict(compact.headers()), payload
 
 
-def _to_verified(issuer: TrustedIssuer, claims: dict[str, Any]) -> VerifiedToken:
+def _tenant_of(issuer: TrustedIssuer, claims: dict[str, Any]) -> uuid.UUID:
+    """The operator's issuers name the tenant in a claim; a tenant-registered issuer's tokens
+    belong to its tenant, and one whose tenant claim names anything else is refused (an IdP
+    that a tenant admin configured never speaks for another tenant)."""
+    claimed, fixed = claims.get(issuer.tenant_claim), issuer.tenant_id
+    if fixed is not None and claimed is None:
+        return fixed
     try:
-        tenant_id = uuid.UUID(str(claims.get(issuer.tenant_claim)))
+        tenant_id = uuid.UUID(str(claimed))
     except ValueError:
         raise TokenRejected("token carries no valid tenant") from None
+    if fixed is not None and tenant_id != fixed:
+        raise TokenRejected("the token names another tenant than its issuer's")
+    return tenant_id
+
+
+def _to_verified(issuer: TrustedIssuer, claims: dict[str, Any]) -> VerifiedToken:
+    tenant_id = _tenant_of(issuer, claims)
     subject = claims.get(issuer.subject_claim)
     if not isinstance(subject, str) or not subject:
         raise TokenRejected("token carries no subject")

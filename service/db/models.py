@@ -12,6 +12,7 @@ from typing import Any
 from pgvector.sqlalchemy import Vector
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     CheckConstraint,
     Computed,
     DateTime,
@@ -484,4 +485,29 @@ class Delegation(Base):
     tenant_id: Mapped[uuid.UUID] = mapped_column(UUID)
     user_id: Mapped[uuid.UUID] = mapped_column(UUID)
     agent_id: Mapped[uuid.UUID] = mapped_column(UUID)
+    created_at: Mapped[datetime] = _now()
+
+
+class TenantIssuer(Base):
+    """An external identity provider a tenant registered for its own users and agents. The pair
+    (issuer, audience) is unique across the platform: a token's `iss` and `aud` select exactly
+    one tenant, whatever the token's claims say."""
+
+    __tablename__ = "tenant_issuers"
+    __table_args__ = (
+        PrimaryKeyConstraint("tenant_id", "id"),
+        UniqueConstraint("issuer", "audience"),
+        ForeignKeyConstraint(["tenant_id"], ["tenants.tenant_id"], ondelete="CASCADE"),
+    )
+
+    tenant_id: Mapped[uuid.UUID] = mapped_column(UUID)
+    id: Mapped[uuid.UUID] = mapped_column(UUID)
+    issuer: Mapped[str] = mapped_column(Text, nullable=False)
+    audience: Mapped[str] = mapped_column(Text, nullable=False)
+    jwks_url: Mapped[str] = mapped_column(Text, nullable=False)
+    algorithms: Mapped[list[str]] = mapped_column(ARRAY(Text), nullable=False)
+    require_typ: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default=text("true"))
+    subject_claim: Mapped[str] = mapped_column(Text, nullable=False, server_default="sub")
+    scope_claim: Mapped[str] = mapped_column(Text, nullable=False, server_default="scope")
+    client_id_claim: Mapped[str] = mapped_column(Text, nullable=False, server_default="client_id")
     created_at: Mapped[datetime] = _now()

@@ -42,7 +42,7 @@ def untrusted_issuer(trusted: int) -> ExternalIssuerUntrusted:
     return ExternalIssuerUntrusted(
         "external_issuer must be the `iss` of one of the "
         f"{trusted} external identity providers this deployment trusts "
-        "(MEMGATE_EXTERNAL_ISSUERS; ask its operator for them), given together with "
-        "external_subject: a mapping to any other issuer could never log in. Nothing was "
-        "changed."
+        "(MEMGATE_EXTERNAL_ISSUERS; ask its operator for them) or of one your tenant "
+        "registered (GET /v1/issuers), given together with external_subject: a mapping to any "
+        "other issuer could never log in. Nothing was changed."
     )

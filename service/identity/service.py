@@ -39,6 +39,7 @@ from service.identity.schemas import (
     Role,
     RoleGrant,
 )
+from service.issuers.repository import issuer_registered
 from service.policy.compile import add_own_grants, lock_policy, recompile
 from service.policy.powers import working_auditors, working_policy_admins
 from service.policy.problems import LastRoleHolder
@@ -92,8 +93,10 @@ class IdentityService:
     async def create_principal(self, data: PrincipalCreate) -> PrincipalOut:
         # A subject of an issuer we do not verify tokens of could never log in, yet an approved
         # one counted as a working admin (red-team pass 2, F3): refuse it before writing.
-        if data.external_subject is not None and (
-            data.external_issuer not in self._trusted_issuers
+        if (
+            data.external_subject is not None
+            and data.external_issuer not in self._trusted_issuers
+            and not await issuer_registered(self._session, self._tenant_id, data.external_issuer)
         ):
             raise untrusted_issuer(len(self._trusted_issuers))
         principal = Principal(

@@ -69,11 +69,12 @@ async def holds_role(
 # A role holder counts only if it can still act in the role: an enabled user or service
 # reaching it, with an enabled admin client carrying the role's scope (`manage:policy` for a
 # policy admin, `read:audit` for an auditor) or an approved external mapping to an issuer this
-# deployment trusts (its IdP then decides what its tokens carry; a mapping to any other issuer,
-# or one taken out of MEMGATE_EXTERNAL_ISSUERS, can never log in: red-team pass 2, F3). Agents
-# never hold admin scopes, and a member without such credentials cannot act (red-team: a
-# tenant whose only "admins" were an agent and a client-less user let its last real admin
-# disable itself; the same held for auditors until the auditor rule used this statement too).
+# deployment trusts or the tenant registered (its IdP then decides what its tokens carry; a
+# mapping to any other issuer, or one taken out of MEMGATE_EXTERNAL_ISSUERS, can never log in:
+# red-team pass 2, F3). Agents never hold admin scopes, and a member without such credentials
+# cannot act (red-team: a tenant whose only "admins" were an agent and a client-less user let
+# its last real admin disable itself; the same held for auditors until the auditor rule used
+# this statement too).
 # Who reaches the role is read from the compiled closure (one row per principal and role, so
 # nobody is counted twice however many chains lead there); the caller has rebuilt it for the
 # change being checked. The approval stays a direct line, as everywhere it is read.
@@ -92,7 +93,9 @@ _WORKING_ROLE_HOLDERS = text(
             )
          OR (
             p.external_subject IS NOT NULL
-            AND p.external_issuer = ANY(CAST(:issuers AS text[]))
+            AND (p.external_issuer = ANY(CAST(:issuers AS text[]))
+                 OR EXISTS (SELECT 1 FROM tenant_issuers i
+                             WHERE i.tenant_id = p.tenant_id AND i.issuer = p.external_issuer))
             AND EXISTS (
                 SELECT 1 FROM casbin_rule a
                  WHERE a.tenant_id = p.tenant_id AND a.ptype = 'g'

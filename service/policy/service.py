@@ -19,6 +19,7 @@ from service.calls import Facts
 from service.db.base import uuid7
 from service.db.models import Delegation, Principal, Space, SpaceGrant, Team, Tenant
 from service.identity.problems import PrincipalNotFound, untrusted_issuer
+from service.issuers.repository import issuer_registered
 from service.policy.compile import CASBIN_MAX_HIERARCHY, apply_changes, lock_policy
 from service.policy.powers import (
     admin_powers,
@@ -281,7 +282,9 @@ class PolicyService:
                 f"Principal {principal_id} is not a user or service mapped to an external IdP "
                 "subject: only such a mapping can be approved for admin scopes."
             )
-        if row.external_issuer is None or row.external_issuer not in self._trusted_issuers:
+        if row.external_issuer not in self._trusted_issuers and not await issuer_registered(
+            self._session, self._tenant_id, row.external_issuer
+        ):
             # Mapped while its issuer was trusted, since taken out of the configuration: its
             # IdP's tokens are no longer verified, so an approval would be a dead admin.
             raise untrusted_issuer(len(self._trusted_issuers))

@@ -17,6 +17,7 @@ from tests.integration.memory.support import (
     assert_problem,
     call,
     count_memories,
+    issuer_body,
     random_id,
     scalar,
     target_id,
@@ -50,7 +51,11 @@ async def check_unauthenticated(http: Any, route: Route) -> None:
 
 async def _own_targets(api: Api, agent: Agent) -> Targets:
     memory = await api.remember(agent, key="matrix.own", value="the caller's own memory")
-    return Targets(memory["id"], agent.principal_id, agent.client_id)
+    issuer = await api.http.post(
+        "/v1/issuers", json=issuer_body(Targets("", "", "")), headers=api.admin.headers
+    )
+    assert issuer.status_code == 201, issuer.text
+    return Targets(memory["id"], agent.principal_id, agent.client_id, issuer.json()["id"])
 
 
 async def _state(api: Api, targets: Targets) -> tuple[Any, ...]:
@@ -61,6 +66,7 @@ async def _state(api: Api, targets: Targets) -> tuple[Any, ...]:
         await scalar(runtime, "SELECT count(*) FROM principals"),
         await scalar(runtime, "SELECT count(*) FROM clients"),
         await scalar(runtime, "SELECT count(*) FROM clients WHERE disabled_at IS NOT NULL"),
+        await scalar(runtime, "SELECT count(*) FROM tenant_issuers"),
         await scalar(runtime, "SELECT count(*) FROM memories WHERE id = :id", id=targets.memory_id),
     )
 
@@ -232,6 +238,18 @@ async def check_minimal_scope(api: Api, route: Route) -> None:
             (alice.principal_id, "auditor"),
         ),
         "DELETE /v1/principals/{id}/roles/auditor": lambda b: (b, None),
+        "POST /v1/issuers": lambda b: (
+            (b["issuer"], b["jwks_url"], b["algorithms"], b["subject_claim"]),
+            (
+                "https://login.matrix.test",
+                "https://login.matrix.test/jwks",
+                ["RS256", "ES256"],
+                "sub",
+            ),
+        ),
+        "GET /v1/issuers": lambda b: ([i["id"] for i in b["items"]], [targets.issuer_id]),
+        "GET /v1/issuers/{id}": lambda b: (b["id"], targets.issuer_id),
+        "DELETE /v1/issuers/{id}": lambda b: (b, None),
         "GET /v1/audit/events": lambda b: (
             ({i["tenant_id"] for i in b["items"]}, len(b["items"]) > 0),
             ({api.tenant_id}, True),

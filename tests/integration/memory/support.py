@@ -83,6 +83,7 @@ class Targets:
     memory_id: str
     principal_id: str
     client_id: str
+    issuer_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -91,7 +92,7 @@ class Route:
     template: str
     scope: str
     group: str  # "memory", "admin" or "audit"
-    resource: str | None = None  # what `{id}` names: "memory", "principal" or "client"
+    resource: str | None = None  # what `{id}` names: "memory", "principal", "client", "issuer"
     body: Callable[[Targets], dict[str, Any]] | None = None
     ok_status: int = 200
 
@@ -123,6 +124,15 @@ def _client_body(targets: Targets) -> dict[str, Any]:
     return {"principal_id": targets.principal_id, "name": "matrix", "scopes": ["read:memory"]}
 
 
+def issuer_body(_: Targets) -> dict[str, Any]:
+    """A registration no other test holds (the pair is unique across the platform)."""
+    return {
+        "issuer": "https://login.matrix.test",
+        "audience": f"matrix-{uuid.uuid4()}",
+        "jwks_url": "https://login.matrix.test/jwks",
+    }
+
+
 ROUTES: tuple[Route, ...] = (
     Route("POST", "/v1/memories", "write:memory", "memory", body=_memory_body, ok_status=201),
     Route("GET", "/v1/memories", "read:memory", "memory"),
@@ -149,6 +159,10 @@ ROUTES: tuple[Route, ...] = (
         resource="principal",
         ok_status=204,
     ),
+    Route("POST", "/v1/issuers", "manage:policy", "admin", body=issuer_body, ok_status=201),
+    Route("GET", "/v1/issuers", "manage:policy", "admin"),
+    Route("GET", "/v1/issuers/{id}", "manage:policy", "admin", resource="issuer"),
+    Route("DELETE", "/v1/issuers/{id}", "manage:policy", "admin", resource="issuer", ok_status=204),
     Route("GET", "/v1/audit/events", "read:audit", "audit"),
     Route("GET", "/v1/audit/export", "read:audit", "audit"),
     Route("GET", "/v1/audit/verify", "read:audit", "audit"),
@@ -169,6 +183,8 @@ def target_id(route: Route, targets: Targets) -> str:
         return targets.principal_id
     if route.resource == "client":
         return targets.client_id
+    if route.resource == "issuer":
+        return targets.issuer_id
     return random_id()
 
 

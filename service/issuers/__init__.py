@@ -1,0 +1,1 @@
+"""External identity providers a tenant registers for its own users and agents."""

@@ -1,0 +1,132 @@
+"""Fetching a JWKS whose URL a tenant admin chose: it must not reach the internal network, and
+it must not stall token verification for anybody else.
+
+- https only (http only to loopback, when the operator allows loopback for tests and local IdPs);
+- the host is resolved here, every address it resolves to must be global (not private,
+  loopback, link-local, shared, reserved or multicast), and the connection goes to the address
+  that was checked (the `Host` header and TLS name stay the hostname), so a DNS answer that
+  changes between the check and the connection cannot point it inward;
+- no redirects, no proxy from the environment, the whole fetch (resolve, connect, read) within
+  one timeout, the body read in chunks and dropped past `max_bytes`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import json
+import socket
+from typing import Any
+from urllib.parse import SplitResult, urlsplit
+
+import httpx
+
+from service.auth.tokens import KeyFetcher
+
+MAX_JWKS_BYTES = 256_000
+LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
+
+Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+class UrlRefused(ValueError):
+    """The URL may not be fetched (the message says why, for the registering admin)."""
+
+
+def check_url(url: str, *, allow_loopback: bool, what: str = "jwks_url") -> SplitResult:
+    """The parts of a URL a tenant may register: https (or http to loopback when allowed), a
+    host, no user info, no fragment; an IP literal must be one we would fetch from."""
+    try:
+        parts = urlsplit(url)
+        host, _ = parts.hostname, parts.port  # `port` raises on a bad port
+    except ValueError:
+        raise UrlRefused(f"{what} is not a URL.") from None
+    if not host:
+        raise UrlRefused(f"{what} must name a host.")
+    if parts.username is not None or parts.password is not None or parts.fragment:
+        raise UrlRefused(f"{what} may not carry user info or a fragment.")
+    loopback = allow_loopback and host.lower() in LOOPBACK_NAMES
+    if parts.scheme != "https" and not (parts.scheme == "http" and loopback):
+        raise UrlRefused(f"{what} must be an https:// URL.")
+    literal = _literal(host)
+    if literal is not None and not _fetchable(literal, allow_loopback=allow_loopback):
+        raise UrlRefused(
+            f"{what} names an address that is not public (private, loopback, link-local or "
+            "reserved); memgate fetches keys only from public addresses."
+        )
+    return parts
+
+
+def guarded_jwks_fetcher(
+    url: str, *, timeout: float, allow_loopback: bool, max_bytes: int = MAX_JWKS_BYTES
+) -> KeyFetcher:
+    """A key fetcher for a tenant-registered JWKS URL; every failure is a `ValueError` (the key
+    cache keeps its last good keys, or refuses the token)."""
+
+    async def fetch() -> dict[str, Any]:
+        try:
+            async with asyncio.timeout(timeout):
+                return await _fetch(url, timeout, allow_loopback, max_bytes)
+        except (TimeoutError, OSError, httpx.HTTPError) as exc:
+            raise ValueError(f"JWKS unavailable ({type(exc).__name__})") from None
+
+    return fetch
+
+
+async def _fetch(
+    url: str, io_timeout: float, allow_loopback: bool, max_bytes: int
+) -> dict[str, Any]:
+    parts = check_url(url, allow_loopback=allow_loopback)
+    host = parts.hostname or ""
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    address = await _resolve(host, port, allow_loopback)
+    pinned = str(address) if address.version == 4 else f"[{address}]"
+    target = parts._replace(netloc=f"{pinned}:{port}").geturl()
+    headers = {"Accept": "application/json", "Host": parts.netloc}
+    async with (
+        httpx.AsyncClient(timeout=io_timeout, follow_redirects=False, trust_env=False) as client,
+        client.stream("GET", target, headers=headers, extensions={"sni_hostname": host}) as answer,
+    ):
+        if answer.status_code != 200:
+            raise ValueError(f"JWKS answered {answer.status_code}")
+        body = bytearray()
+        async for chunk in answer.aiter_bytes():
+            body += chunk
+            if len(body) > max_bytes:
+                raise ValueError("JWKS document too large")
+    document = json.loads(bytes(body))
+    if not isinstance(document, dict):
+        # ValueError, as every other bad answer: the key cache treats them alike.
+        raise ValueError("JWKS document is not an object")  # noqa: TRY004
+    return document
+
+
+async def _resolve(host: str, port: int, allow_loopback: bool) -> Address:
+    """The address to connect to: the first one `host` resolves to, once every one of them is
+    fetchable (a name with one private answer among public ones is refused)."""
+    literal = _literal(host)
+    if literal is not None:
+        found = [literal]
+    else:
+        infos = await asyncio.get_running_loop().getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP
+        )
+        found = [ipaddress.ip_address(info[4][0]) for info in infos]
+    if not found or not all(_fetchable(a, allow_loopback=allow_loopback) for a in found):
+        raise ValueError("JWKS host resolves to an address that is not public")
+    return min(found, key=lambda address: address.version)  # IPv4 first, as most IdPs serve
+
+
+def _literal(host: str) -> Address | None:
+    try:
+        return ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return None
+
+
+def _fetchable(address: Address, *, allow_loopback: bool) -> bool:
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    if allow_loopback and address.is_loopback:
+        return True
+    return address.is_global and not address.is_multicast
