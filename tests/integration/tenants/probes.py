@@ -204,6 +204,14 @@ def _exchange(side: Side, subject_token: str) -> Ask:
     )
 
 
+def _exchange_with_actor(side: Side, actor_token: str) -> Ask:
+    """The caller's own user's token as subject, another token as `actor_token` (refused
+    whatever it is: the acting agent is the authenticated client)."""
+    ask = _exchange(side, side.user.token)
+    assert ask.form is not None
+    return Ask(ask.method, ask.path, form={**ask.form, "actor_token": actor_token}, basic=ask.basic)
+
+
 def _id(route: str, template: str, slot: str, value: Value, expect: str, **kw: Any) -> Probe:
     """A path-id probe: `template` has `{value}` where the other tenant's id goes and
     `{own.X}` where the caller's own things go."""
@@ -610,6 +618,17 @@ PROBES: tuple[Probe, ...] = (
         _exchange,
         lambda side: side.user.token,
         "oauth-invalid-grant",
+        caller=_anonymous,
+        twin=lambda side, v: side.stranger.token,
+        platform_audit=True,
+    ),
+    Probe(
+        "POST /oauth/token",
+        BODY,
+        "actor_token of the other tenant's agent",
+        _exchange_with_actor,
+        lambda side: side.agent.token,
+        "oauth-invalid-request",
         caller=_anonymous,
         twin=lambda side, v: side.stranger.token,
         platform_audit=True,
