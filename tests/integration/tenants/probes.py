@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from service.auth.exchange import ACCESS_TOKEN_TYPE, TOKEN_EXCHANGE
+from service.memory.service import decode_cursor, encode_cursor
 from tests.fixtures.api import Agent
 from tests.integration.tenants.world import TRUSTED_ISSUER, Side
 
@@ -88,6 +89,19 @@ def made_up_subject(side: Side, value: str) -> str:
 def made_up_key(side: Side, value: str) -> str:
     prefix, _, tail = value.rpartition(".")
     return f"{prefix}.{secrets.token_hex(len(tail))[: len(tail)]}"
+
+
+def foreign_cursor(side: Side) -> str:
+    """A list cursor the other tenant was handed: it carries one of its memory ids."""
+    return encode_cursor(uuid.UUID(side.memory["id"]))
+
+
+def made_up_cursor(side: Side, value: str) -> str:
+    """A cursor at the same instant (the ids are UUIDv7, so the first 48 bits are the time) for
+    an id that exists nowhere: the same position, for the caller's keyset."""
+    after = decode_cursor(value)
+    tail = uuid.uuid4().int & ((1 << 80) - 1)
+    return encode_cursor(uuid.UUID(int=(after.int >> 80 << 80) | tail))
 
 
 def made_up_hash(_: Side, __: str) -> str:
@@ -320,6 +334,16 @@ PROBES: tuple[Probe, ...] = (
         200,
         caller=_agent,
         twin=made_up_key,
+    ),
+    Probe(
+        "GET /v1/memories",
+        FILTER,
+        "cursor (the other tenant's page position)",
+        _filtered("/v1/memories", "cursor"),
+        foreign_cursor,
+        200,
+        caller=_agent,
+        twin=made_up_cursor,
     ),
     Probe(
         "GET /v1/memories/counts",
