@@ -736,3 +736,7 @@ NAMES_NOTHING = {
 
 TOKEN_PROBES: tuple[Probe, ...] = tuple(p for p in PROBES if p.kind == ID)
 """Run the other way round too: the other tenant's valid token against the caller's ids."""
+
+DELEGATED_PROBES: tuple[Probe, ...] = tuple(p for p in TOKEN_PROBES if p.caller is _agent)
+"""And with the other tenant's delegated token (its agent acting for its user): the memory
+routes, the only ones a delegated token may call (it never carries an admin scope)."""

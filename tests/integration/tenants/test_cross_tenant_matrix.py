@@ -13,6 +13,7 @@ changed nothing of the other tenant, so sharing them is sound.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -33,6 +34,7 @@ from tests.integration.tenants.leaks import (
 )
 from tests.integration.tenants.probes import (
     CREATING,
+    DELEGATED_PROBES,
     ID,
     LISTING,
     NAMES_NOTHING,
@@ -43,9 +45,19 @@ from tests.integration.tenants.probes import (
 )
 from tests.integration.tenants.world import Side, World
 
-CASES = [(probe, "ids") for probe in PROBES] + [(probe, "token") for probe in TOKEN_PROBES]
-"""Every probe as written (the caller names the other tenant's things), and every path-id probe
-the other way round (the other tenant's token names the caller's things)."""
+CASES = (
+    [(probe, "ids") for probe in PROBES]
+    + [(probe, "token") for probe in TOKEN_PROBES]
+    + [(probe, "delegated") for probe in DELEGATED_PROBES]
+)
+"""Every probe as written (the caller names the other tenant's things), every path-id probe the
+other way round (the other tenant's token names the caller's things), and the memory ones with
+the other tenant's delegated token too."""
+DIRECTIONS: dict[str, Callable[[World], World]] = {
+    "ids": lambda world: world,
+    "token": World.swapped,
+    "delegated": World.delegated,
+}
 
 
 async def send(http: Any, ask: Ask, caller: Agent | None) -> httpx.Response:
@@ -151,7 +163,7 @@ async def _listing(world: World, oracle: AsyncEngine, probe: Probe) -> None:
 async def test_another_tenants_thing_answers_like_nothing(
     world: World, oracle: AsyncEngine, probe: Probe, direction: str
 ) -> None:
-    probed = world if direction == "ids" else world.swapped()
+    probed = DIRECTIONS[direction](world)
     if probe.kind == LISTING:
         await _listing(probed, oracle, probe)
     else:

@@ -46,7 +46,8 @@ class ToolProbe:
     """The problem slug the made-up twin gets, or None for a result."""
     twin: Callable[[Side, str], str] = lambda side, value: str(uuid.uuid4())
     by_id: bool = False
-    """Also run the other way round (the other tenant's token against the caller's id)."""
+    """Also run the other way round (the other tenant's token, and its delegated token, against
+    the caller's id)."""
 
     @property
     def id(self) -> str:
@@ -104,8 +105,16 @@ TOOL_PROBES = (
     ),
 )
 CASES = [(probe, "ids") for probe in TOOL_PROBES] + [
-    (probe, "token") for probe in TOOL_PROBES if probe.by_id
+    (probe, direction)
+    for probe in TOOL_PROBES
+    if probe.by_id
+    for direction in ("token", "delegated")
 ]
+DIRECTIONS: dict[str, Callable[[World], World]] = {
+    "ids": lambda world: world,
+    "token": World.swapped,
+    "delegated": World.delegated,
+}
 
 
 @pytest.fixture(scope="module")
@@ -147,7 +156,7 @@ async def _tool_rows(oracle: AsyncEngine, after_seq: dict[str, int]) -> list[dic
 async def test_a_tool_answers_another_tenants_thing_like_nothing(
     world: World, oracle: AsyncEngine, base_url: str, probe: ToolProbe, direction: str
 ) -> None:
-    probed = world if direction == "ids" else world.swapped()
+    probed = DIRECTIONS[direction](world)
     home, away = probed.home, probed.away
     value = probe.value(away)
     twin = probe.twin(home, value)

@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from service.audit.checkpoints import run_checkpoints
+from service.auth.exchange import ACCESS_TOKEN_TYPE, TOKEN_EXCHANGE
 from tests.conftest import TRUSTED_TEST_ISSUER
 from tests.fixtures.api import MEMORY_SCOPES, Agent, Api
 
@@ -38,6 +39,8 @@ class Side:
     """The agent's actor pseudonym in this tenant's audit chain."""
     first_hash: str
     """The row hash of seq 1 of this tenant's audit chain."""
+    delegated: str
+    """A token of `agent` acting for `user` (RFC 8693 token exchange)."""
 
     @property
     def tenant_id(self) -> str:
@@ -92,6 +95,12 @@ class World:
     def swapped(self) -> World:
         return replace(self, home=self.away, away=self.home)
 
+    def delegated(self) -> World:
+        """Roles turned round, and the other tenant's agent calls with its delegated token."""
+        caller = self.away
+        acting = replace(caller, agent=replace(caller.agent, token=caller.delegated))
+        return replace(self, home=acting, away=self.home)
+
 
 async def _ok(api: Api, method: str, path: str, status: int = 200, **kwargs: Any) -> Any:
     response = await api.http.request(method, path, headers=api.admin.headers, **kwargs)
@@ -142,6 +151,16 @@ async def seed_side(api: Api, tag: str) -> Side:
         "/v1/audit/export", params={"limit": 1}, headers=api.admin.headers
     )
     first = json.loads(exported.text.splitlines()[0])
+    exchanged = await api.http.post(
+        "/oauth/token",
+        data={
+            "grant_type": TOKEN_EXCHANGE,
+            "subject_token": user.token,
+            "subject_token_type": ACCESS_TOKEN_TYPE,
+        },
+        auth=(agent.client_id, agent.secret),
+    )
+    assert exchanged.status_code == 200, exchanged.text
     return Side(
         api,
         agent,
@@ -154,6 +173,7 @@ async def seed_side(api: Api, tag: str) -> Side:
         stranger,
         pseudonym=events["items"][0]["actor"],
         first_hash=first["row_hash"],
+        delegated=exchanged.json()["access_token"],
     )
 
 
