@@ -254,11 +254,18 @@ def _body(
     )
 
 
-def _listing(route: str, **kw: Any) -> Probe:
+def _listing(
+    route: str,
+    slot: str = "nothing named",
+    params: dict[str, str] | None = None,
+    json: Any = None,
+    **kw: Any,
+) -> Probe:
+    """A route asked without naming anything of the other tenant's: its answer (and the
+    caller's audit row and the logs) must carry nothing of it."""
     method, path = route.split()
-    return Probe(
-        route, LISTING, "nothing named", lambda side, v: Ask(method, path), _memory_id, 200, **kw
-    )
+    ask = Ask(method, path, params, json)
+    return Probe(route, LISTING, slot, lambda side, v: ask, _memory_id, 200, **kw)
 
 
 MEMORY = "/v1/memories/{id}"
@@ -344,6 +351,20 @@ PROBES: tuple[Probe, ...] = (
         200,
         caller=_agent,
         twin=made_up_cursor,
+    ),
+    _listing("GET /v1/memories", caller=_agent),
+    _listing(
+        "GET /v1/memories/counts",
+        "grouped by subject",
+        {"group_by": "subject"},
+        caller=_agent,
+    ),
+    _listing(
+        "POST /v1/memories/search",
+        "the other tenant's content as the query",
+        # The other tenant is glbx02 in the world as seeded (listings are not run swapped).
+        json={"query": "the canary-glbx02-content of this tenant", "k": 50},
+        caller=_agent,
     ),
     Probe(
         "GET /v1/memories/counts",
@@ -631,6 +652,7 @@ PROBES: tuple[Probe, ...] = (
         twin=made_up_hash,
         volatile=("to_seq", "checked", "head_seq", "head_hash"),
     ),
+    _listing("GET /v1/audit/events"),
     _listing("GET /v1/audit/export"),
     _listing("GET /v1/audit/checkpoints/latest"),
     _listing("GET /v1/audit/keys"),
