@@ -153,6 +153,7 @@ def _memory_body(**extra: Any) -> Callable[[Side, str], Ask]:
             "key": "probe",
             "value": "probe",
         }
+        # "{value}" marks the probed field; derived_from takes it as its one list item.
         body |= {name: (value if spec == "{value}" else spec) for name, spec in extra.items()}
         if "derived_from" in extra:
             body["derived_from"] = [value]
@@ -161,19 +162,20 @@ def _memory_body(**extra: Any) -> Callable[[Side, str], Ask]:
     return ask
 
 
-def _search(**filters: str) -> Callable[[Side, str], Ask]:
+def _search(filter_name: str) -> Callable[[Side, str], Ask]:
+    """A search whose `filters.<filter_name>` is the probed value."""
     return lambda side, value: Ask(
         "POST",
         "/v1/memories/search",
-        json={"query": "probe", "k": 5, "filters": dict.fromkeys(filters, value)},
+        json={"query": "probe", "k": 5, "filters": {filter_name: value}},
     )
 
 
-def _memory_id(side: Side) -> str:
+def memory_id_of(side: Side) -> str:
     return str(side.memory["id"])
 
 
-def _space_id(side: Side) -> str:
+def space_id_of(side: Side) -> str:
     return str(side.space["id"])
 
 
@@ -201,7 +203,7 @@ def _admin_client_id(side: Side) -> str:
     return side.admin.client_id
 
 
-def _name(kind: str) -> Value:
+def name_of(kind: str) -> Value:
     return lambda side: side.names[kind]
 
 
@@ -265,7 +267,7 @@ def _listing(
     caller's audit row and the logs) must carry nothing of it."""
     method, path = route.split()
     ask = Ask(method, path, params, json)
-    return Probe(route, LISTING, slot, lambda side, v: ask, _memory_id, 200, **kw)
+    return Probe(route, LISTING, slot, lambda side, v: ask, memory_id_of, 200, **kw)
 
 
 MEMORY = "/v1/memories/{id}"
@@ -283,7 +285,7 @@ PROBES: tuple[Probe, ...] = (
         f"GET {MEMORY}",
         "/v1/memories/{value}",
         "memory",
-        _memory_id,
+        memory_id_of,
         "memory-not-found",
         caller=_agent,
     ),
@@ -291,7 +293,7 @@ PROBES: tuple[Probe, ...] = (
         f"DELETE {MEMORY}",
         "/v1/memories/{value}",
         "memory",
-        _memory_id,
+        memory_id_of,
         "memory-not-found",
         caller=_agent,
     ),
@@ -300,7 +302,7 @@ PROBES: tuple[Probe, ...] = (
         BODY,
         "space_id",
         _memory_body(space_id="{value}"),
-        _space_id,
+        space_id_of,
         "space-not-found",
         caller=_agent,
     ),
@@ -309,7 +311,7 @@ PROBES: tuple[Probe, ...] = (
         BODY,
         "derived_from",
         _memory_body(derived_from="{value}"),
-        _memory_id,
+        memory_id_of,
         "memory-not-found",
         caller=_agent,
     ),
@@ -318,7 +320,7 @@ PROBES: tuple[Probe, ...] = (
         FILTER,
         "space_id filter",
         _filtered("/v1/memories", "space_id"),
-        _space_id,
+        space_id_of,
         "space-not-found",
         caller=_agent,
     ),
@@ -327,7 +329,7 @@ PROBES: tuple[Probe, ...] = (
         NAME,
         "subject filter",
         _filtered("/v1/memories", "subject"),
-        _name("subject"),
+        name_of("subject"),
         200,
         caller=_agent,
         twin=made_up_subject,
@@ -337,7 +339,7 @@ PROBES: tuple[Probe, ...] = (
         NAME,
         "key filter",
         _filtered("/v1/memories", "key"),
-        _name("key"),
+        name_of("key"),
         200,
         caller=_agent,
         twin=made_up_key,
@@ -371,7 +373,7 @@ PROBES: tuple[Probe, ...] = (
         FILTER,
         "space_id filter",
         _filtered("/v1/memories/counts", "space_id"),
-        _space_id,
+        space_id_of,
         "space-not-found",
         caller=_agent,
     ),
@@ -380,7 +382,7 @@ PROBES: tuple[Probe, ...] = (
         NAME,
         "subject filter",
         _filtered("/v1/memories/counts", "subject"),
-        _name("subject"),
+        name_of("subject"),
         200,
         caller=_agent,
         twin=made_up_subject,
@@ -390,7 +392,7 @@ PROBES: tuple[Probe, ...] = (
         NAME,
         "key filter",
         _filtered("/v1/memories/counts", "key"),
-        _name("key"),
+        name_of("key"),
         200,
         caller=_agent,
         twin=made_up_key,
@@ -399,8 +401,8 @@ PROBES: tuple[Probe, ...] = (
         "POST /v1/memories/search",
         FILTER,
         "space_id filter",
-        _search(space_id="x"),
-        _space_id,
+        _search("space_id"),
+        space_id_of,
         "space-not-found",
         caller=_agent,
     ),
@@ -408,8 +410,8 @@ PROBES: tuple[Probe, ...] = (
         "POST /v1/memories/search",
         NAME,
         "subject filter",
-        _search(subject="x"),
-        _name("subject"),
+        _search("subject"),
+        name_of("subject"),
         200,
         caller=_agent,
         twin=made_up_subject,
@@ -418,8 +420,8 @@ PROBES: tuple[Probe, ...] = (
         "POST /v1/memories/search",
         NAME,
         "key filter",
-        _search(key="x"),
-        _name("key"),
+        _search("key"),
+        name_of("key"),
         200,
         caller=_agent,
         twin=made_up_key,
@@ -520,7 +522,7 @@ PROBES: tuple[Probe, ...] = (
         f"PUT {GRANTS}",
         "/v1/spaces/{value}/grants/read/team:{own.team}",
         "space",
-        _space_id,
+        space_id_of,
         "space-unknown",
     ),
     _id(
@@ -541,7 +543,7 @@ PROBES: tuple[Probe, ...] = (
         f"DELETE {GRANTS}",
         "/v1/spaces/{value}/grants/read/team:{own.team}",
         "space",
-        _space_id,
+        space_id_of,
         "space-unknown",
     ),
     _id(
@@ -555,7 +557,7 @@ PROBES: tuple[Probe, ...] = (
         "GET /v1/spaces/{id}/access/{id}",
         "/v1/spaces/{value}/access/read",
         "space",
-        _space_id,
+        space_id_of,
         "space-unknown",
     ),
     _id(
@@ -611,7 +613,7 @@ PROBES: tuple[Probe, ...] = (
         "POST /v1/spaces",
         "parent_id",
         lambda side, v: {"name": "probe", "parent_id": v},
-        _space_id,
+        space_id_of,
         "space-unknown",
     ),
     _listing("GET /v1/teams"),
@@ -687,7 +689,7 @@ CREATING: tuple[Probe, ...] = (
         NAME,
         "subject (no supersession across tenants)",
         _memory_body(subject="{value}", key="key.only.acme01"),
-        _name("subject"),
+        name_of("subject"),
         201,
         caller=_agent,
         twin=made_up_subject,
@@ -697,7 +699,7 @@ CREATING: tuple[Probe, ...] = (
         "POST /v1/principals",
         "display_name",
         lambda side, v: {"display_name": v},
-        _name("principal"),
+        name_of("principal"),
         201,
         kind=NAME,
         twin=same_length_name,
@@ -711,7 +713,7 @@ CREATING: tuple[Probe, ...] = (
             "external_issuer": TRUSTED_ISSUER,
             "external_subject": v,
         },
-        _name("external"),
+        name_of("external"),
         201,
         kind=NAME,
         twin=same_length_name,
@@ -721,7 +723,7 @@ CREATING: tuple[Probe, ...] = (
         "POST /v1/spaces",
         "name",
         lambda side, v: {"name": v},
-        _name("space"),
+        name_of("space"),
         201,
         kind=NAME,
         twin=same_length_name,
@@ -731,7 +733,7 @@ CREATING: tuple[Probe, ...] = (
         "POST /v1/teams",
         "name",
         lambda side, v: {"name": v},
-        _name("team"),
+        name_of("team"),
         201,
         kind=NAME,
         twin=same_length_name,

@@ -25,11 +25,11 @@ from tests.integration.mcp.support import mcp_session, serving
 from tests.integration.tenants.leaks import assert_nothing_of, tenant_state
 from tests.integration.tenants.probes import (
     Value,
-    _memory_id,
-    _name,
-    _space_id,
     made_up_key,
     made_up_subject,
+    memory_id_of,
+    name_of,
+    space_id_of,
 )
 from tests.integration.tenants.world import Side, World
 
@@ -55,36 +55,40 @@ class ToolProbe:
 
 
 TOOL_PROBES = (
-    ToolProbe("get_memory", "id", lambda v: {"id": v}, _memory_id, "memory-not-found", by_id=True),
-    ToolProbe("forget", "id", lambda v: {"id": v}, _memory_id, "memory-not-found", by_id=True),
     ToolProbe(
-        "remember", "space_id", lambda v: {**NOTE, "space_id": v}, _space_id, "space-not-found"
+        "get_memory", "id", lambda v: {"id": v}, memory_id_of, "memory-not-found", by_id=True
+    ),
+    ToolProbe("forget", "id", lambda v: {"id": v}, memory_id_of, "memory-not-found", by_id=True),
+    ToolProbe(
+        "remember", "space_id", lambda v: {**NOTE, "space_id": v}, space_id_of, "space-not-found"
     ),
     ToolProbe(
         "remember",
         "derived_from",
         lambda v: {**NOTE, "derived_from": [v]},
-        _memory_id,
+        memory_id_of,
         "memory-not-found",
     ),
-    ToolProbe("list_memories", "space_id", lambda v: {"space_id": v}, _space_id, "space-not-found"),
+    ToolProbe(
+        "list_memories", "space_id", lambda v: {"space_id": v}, space_id_of, "space-not-found"
+    ),
     ToolProbe(
         "list_memories",
         "subject",
         lambda v: {"subject": v},
-        _name("subject"),
+        name_of("subject"),
         None,
         twin=made_up_subject,
     ),
-    ToolProbe("list_memories", "key", lambda v: {"key": v}, _name("key"), None, twin=made_up_key),
+    ToolProbe("list_memories", "key", lambda v: {"key": v}, name_of("key"), None, twin=made_up_key),
     ToolProbe(
-        "count_memories", "space_id", lambda v: {"space_id": v}, _space_id, "space-not-found"
+        "count_memories", "space_id", lambda v: {"space_id": v}, space_id_of, "space-not-found"
     ),
     ToolProbe(
         "count_memories",
         "subject",
         lambda v: {"subject": v, "group_by": "kind"},
-        _name("subject"),
+        name_of("subject"),
         None,
         twin=made_up_subject,
     ),
@@ -92,14 +96,14 @@ TOOL_PROBES = (
         "recall",
         "space_id filter",
         lambda v: {"query": "probe", "filters": {"space_id": v}},
-        _space_id,
+        space_id_of,
         "space-not-found",
     ),
     ToolProbe(
         "recall",
         "subject filter",
         lambda v: {"query": "probe", "filters": {"subject": v}},
-        _name("subject"),
+        name_of("subject"),
         None,
         twin=made_up_subject,
     ),
