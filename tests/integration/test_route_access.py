@@ -2,6 +2,8 @@
 404 (indistinguishable from a random id) for another tenant's or another principal's resource.
 A route added to the app without a row in the table fails `test_route_table_covers_every_route`
 (the policy API's routes have their own table and access tests in tests/integration/policy).
+The cross-tenant matrix of every route and MCP tool (ids in paths, filters and bodies, names,
+the other tenant's tokens; audit chains and logs) is tests/integration/tenants.
 """
 
 from __future__ import annotations
