@@ -203,6 +203,10 @@ def _admin_client_id(side: Side) -> str:
     return side.admin.client_id
 
 
+def _issuer_id(side: Side) -> str:
+    return str(side.issuer["id"])
+
+
 def name_of(kind: str) -> Value:
     return lambda side: side.names[kind]
 
@@ -482,6 +486,16 @@ PROBES: tuple[Probe, ...] = (
     ),
     _listing("GET /v1/principals"),
     _listing("GET /v1/clients"),
+    # external issuers -----------------------------------------------------------------------
+    _id("GET /v1/issuers/{id}", "/v1/issuers/{value}", "issuer", _issuer_id, "issuer-not-found"),
+    _id(
+        "DELETE /v1/issuers/{id}",
+        "/v1/issuers/{value}",
+        "issuer",
+        _issuer_id,
+        "issuer-not-found",
+    ),
+    _listing("GET /v1/issuers"),
     # teams, spaces, grants, roles, delegations ---------------------------------------------
     _id(
         f"PUT {MEMBERS}",
@@ -755,6 +769,9 @@ NAMES_NOTHING = {
     "GET /.well-known/oauth-protected-resource": "RFC 9728 metadata, one per deployment",
     "GET /.well-known/oauth-protected-resource/mcp": "RFC 9728 metadata, one per deployment",
     "/mcp": "every MCP tool has its probes in test_mcp_cross_tenant.py",
+    "POST /v1/issuers": "(issuer, audience) is unique across the platform, so registering a "
+    "pair another tenant holds is 409 issuer-taken, byte-identical to a pair the caller's own "
+    "tenant holds and never naming the holder (tests/integration/issuers); docs/security.md",
 }
 """Routes that take nothing a caller names (each still answers the same for every tenant)."""
 

@@ -41,6 +41,8 @@ class Side:
     """The row hash of seq 1 of this tenant's audit chain."""
     delegated: str
     """A token of `agent` acting for `user` (RFC 8693 token exchange)."""
+    issuer: dict[str, Any]
+    """The tenant's registered external IdP (never fetched: registration does not)."""
 
     @property
     def tenant_id(self) -> str:
@@ -161,6 +163,17 @@ async def seed_side(api: Api, tag: str) -> Side:
         auth=(agent.client_id, agent.secret),
     )
     assert exchanged.status_code == 200, exchanged.text
+    issuer = await _ok(
+        api,
+        "POST",
+        "/v1/issuers",
+        201,
+        json={
+            "issuer": f"https://idp-{tag}.example",
+            "audience": f"memgate-{tag}",
+            "jwks_url": f"https://idp-{tag}.example/jwks",
+        },
+    )
     return Side(
         api,
         agent,
@@ -174,6 +187,7 @@ async def seed_side(api: Api, tag: str) -> Side:
         pseudonym=events["items"][0]["actor"],
         first_hash=first["row_hash"],
         delegated=exchanged.json()["access_token"],
+        issuer=issuer,
     )
 
 
