@@ -26,6 +26,7 @@ import psycopg
 import structlog
 
 from service.audit.group_commit import GROUP_COMMIT_POOL_SIZE
+from service.quotas.limiter import QUOTA_POOL_SIZE
 from service.settings import Settings
 
 _log = structlog.get_logger("memgate.serve")
@@ -33,6 +34,8 @@ CONNECTIONS_PER_WORKER_FACTOR = 2
 """A worker's pool holds up to `2 * MEMGATE_DB_POOL_SIZE` (pool plus overflow, db/session.py)."""
 GROUP_COMMIT_CONNECTIONS = 2 * GROUP_COMMIT_POOL_SIZE
 """Plus the pool of its reads' audit group commit (service/audit/group_commit.py)."""
+QUOTA_CONNECTIONS = 2 * QUOTA_POOL_SIZE
+"""Plus the pool of its quota limiter (service/quotas/limiter.py)."""
 SPARE_CONNECTIONS = 5
 """Left free for the other `memgate` commands run beside a serve (migrate, token, checkpoint)."""
 STOP_SECONDS = 30.0
@@ -62,7 +65,7 @@ def connection_budget(owner_url: str) -> int | None:
 
 
 def connections_per_worker(pool_size: int) -> int:
-    return CONNECTIONS_PER_WORKER_FACTOR * pool_size + GROUP_COMMIT_CONNECTIONS
+    return CONNECTIONS_PER_WORKER_FACTOR * pool_size + GROUP_COMMIT_CONNECTIONS + QUOTA_CONNECTIONS
 
 
 def worker_count(requested: int, cores: int, pool_size: int, budget: int | None) -> int:
