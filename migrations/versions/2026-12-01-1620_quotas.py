@@ -66,8 +66,8 @@ CREATE TABLE quota_slots (
 CREATE TABLE tenant_usage (
     tenant_id uuid NOT NULL,
     stripe smallint NOT NULL,
-    memories bigint NOT NULL,
-    bytes bigint NOT NULL,
+    live_count bigint NOT NULL,
+    live_bytes bigint NOT NULL,
     CONSTRAINT pk_tenant_usage PRIMARY KEY (tenant_id, stripe)
 );
 GRANT SELECT, INSERT, UPDATE, DELETE ON {", ".join(TABLES)} TO {APP_ROLE};
@@ -96,10 +96,11 @@ BEGIN
         t := NEW.tenant_id;
     END IF;
     IF d_rows <> 0 OR d_bytes <> 0 THEN
-        INSERT INTO tenant_usage AS u (tenant_id, stripe, memories, bytes)
+        INSERT INTO tenant_usage AS u (tenant_id, stripe, live_count, live_bytes)
         VALUES (t, pg_backend_pid() % {STRIPES}, d_rows, d_bytes)
         ON CONFLICT (tenant_id, stripe) DO UPDATE
-           SET memories = u.memories + EXCLUDED.memories, bytes = u.bytes + EXCLUDED.bytes;
+           SET live_count = u.live_count + EXCLUDED.live_count,
+               live_bytes = u.live_bytes + EXCLUDED.live_bytes;
     END IF;
     RETURN NULL;
 END
@@ -112,7 +113,7 @@ CREATE TRIGGER memories_usage AFTER INSERT OR UPDATE OR DELETE ON memories
 # transaction lets the one count see every tenant's rows (nobody else sees the gap).
 BACKFILL = """
 ALTER TABLE memories NO FORCE ROW LEVEL SECURITY;
-INSERT INTO tenant_usage (tenant_id, stripe, memories, bytes)
+INSERT INTO tenant_usage (tenant_id, stripe, live_count, live_bytes)
 SELECT tenant_id, 0, count(*), coalesce(sum(octet_length(value)), 0)
   FROM memories WHERE superseded_at IS NULL AND revoked_at IS NULL
  GROUP BY tenant_id;

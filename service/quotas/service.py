@@ -110,8 +110,8 @@ async def counted_usage(session: AsyncSession, tenant_id: uuid.UUID) -> tuple[in
     row = (
         await session.execute(
             select(
-                func.coalesce(func.sum(TenantUsage.memories), 0),
-                func.coalesce(func.sum(TenantUsage.bytes), 0),
+                func.coalesce(func.sum(TenantUsage.live_count), 0),
+                func.coalesce(func.sum(TenantUsage.live_bytes), 0),
             ).where(TenantUsage.tenant_id == tenant_id)
         )
     ).one()
