@@ -10,9 +10,11 @@ from typing import Any
 import httpx
 from sqlalchemy import text
 
+from service.auth.principal import Principal
 from service.quotas.schemas import Limits
 from service.quotas.service import set_limits
 from service.runtime import Runtime
+from tests.fixtures.api import Agent, Api
 from tests.integration.memory.support import as_owner
 
 POLICY = re.compile(r'^"(?P<name>[a-z-]+)";q=(?P<q>\d+)(;w=(?P<w>\d+))?$')
@@ -67,3 +69,16 @@ async def stored(runtime: Runtime, tenant_id: str) -> int:
             text("SELECT count(*) FROM memories WHERE tenant_id = :t"), {"t": tenant_id}
         )
         return int(found.scalar_one())
+
+
+def principal_of(api: Api, agent: Agent) -> Principal:
+    """The agent as an authenticated caller, to hold a call "in flight" with `Quotas.admit`."""
+    return Principal(
+        tenant_id=uuid.UUID(api.tenant_id),
+        principal_id=uuid.UUID(agent.principal_id),
+        client_id=agent.client_id,
+        scopes=frozenset({"read:memory"}),
+        token_id="held",
+        issuer="test",
+        embedded=True,
+    )

@@ -6,13 +6,17 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 
 from sqlalchemy import event
 
-from service.auth.principal import Principal
 from tests.fixtures.api import Api
-from tests.integration.quotas.support import assert_limited, audit_of, limit, stored
+from tests.integration.quotas.support import (
+    assert_limited,
+    audit_of,
+    limit,
+    principal_of,
+    stored,
+)
 
 NOTE = {"subject": "service:billing", "kind": "fact", "key": "deploy.window", "value": "Tue"}
 
@@ -91,23 +95,11 @@ async def test_a_tenant_refusal_gives_the_client_token_back(api: Api) -> None:
     assert_limited(await api.http.get("/v1/memories", headers=alice.headers), "tenant-requests", 1)
 
 
-def _principal(api: Api, agent_id: str, client_id: str) -> Principal:
-    return Principal(
-        tenant_id=uuid.UUID(api.tenant_id),
-        principal_id=uuid.UUID(agent_id),
-        client_id=client_id,
-        scopes=frozenset({"read:memory"}),
-        token_id="held",
-        issuer="test",
-        embedded=True,
-    )
-
-
 async def test_concurrent_requests_are_capped_and_slots_come_back(api: Api) -> None:
     alice = await api.new_agent("alice")
     await limit(api.runtime, api.tenant_id, concurrent_requests=1)
     # A request in flight (admitted, not yet finished) holds the tenant's one slot.
-    held = await api.runtime.quotas.admit(_principal(api, alice.principal_id, alice.client_id))
+    held = await api.runtime.quotas.admit(principal_of(api, alice))
     assert held is not None
     refused = await api.http.get("/v1/memories", headers=alice.headers)
     body = assert_limited(refused, "tenant-concurrency", 1)
@@ -122,7 +114,7 @@ async def test_a_client_concurrency_limit_leaves_other_clients_alone(api: Api) -
     alice = await api.new_agent("alice")
     carol = await api.new_agent("carol")
     await limit(api.runtime, api.tenant_id, alice.client_id, concurrent_requests=1)
-    held = await api.runtime.quotas.admit(_principal(api, alice.principal_id, alice.client_id))
+    held = await api.runtime.quotas.admit(principal_of(api, alice))
     assert held is not None
     assert_limited(
         await api.http.get("/v1/memories", headers=alice.headers), "client-concurrency", 1
