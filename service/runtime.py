@@ -32,7 +32,7 @@ from service.db.roles import login_problems
 from service.db.session import create_engine, create_sessionmaker
 from service.embeddings import Embedder, EmbeddingFailed, EmbeddingInvalid, traced_embedder
 from service.observability.telemetry import instrument_engine
-from service.quotas.limiter import QUOTA_POOL_SIZE, Quotas
+from service.quotas.limiter import QUOTA_CONNECTIONS, Quotas
 from service.settings import Settings
 
 T = TypeVar("T")
@@ -254,7 +254,12 @@ async def build_runtime(
             )
         ),
         quotas=Quotas(
-            create_engine(database_url, pool_size=QUOTA_POOL_SIZE, role=settings.database.app_role),
+            create_engine(
+                database_url,
+                pool_size=QUOTA_CONNECTIONS,
+                max_overflow=0,
+                role=settings.database.app_role,
+            ),
             settings.quotas,
         ),
         token_gate=TokenGate(

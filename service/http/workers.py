@@ -26,7 +26,7 @@ import psycopg
 import structlog
 
 from service.audit.group_commit import GROUP_COMMIT_POOL_SIZE
-from service.quotas.limiter import QUOTA_POOL_SIZE
+from service.quotas.limiter import QUOTA_CONNECTIONS
 from service.settings import Settings
 
 _log = structlog.get_logger("memgate.serve")
@@ -34,8 +34,6 @@ CONNECTIONS_PER_WORKER_FACTOR = 2
 """A worker's pool holds up to `2 * MEMGATE_DB_POOL_SIZE` (pool plus overflow, db/session.py)."""
 GROUP_COMMIT_CONNECTIONS = 2 * GROUP_COMMIT_POOL_SIZE
 """Plus the pool of its reads' audit group commit (service/audit/group_commit.py)."""
-QUOTA_CONNECTIONS = 2 * QUOTA_POOL_SIZE
-"""Plus the pool of its quota limiter (service/quotas/limiter.py)."""
 SPARE_CONNECTIONS = 5
 """Left free for the other `memgate` commands run beside a serve (migrate, token, checkpoint)."""
 STOP_SECONDS = 30.0
@@ -65,6 +63,7 @@ def connection_budget(owner_url: str) -> int | None:
 
 
 def connections_per_worker(pool_size: int) -> int:
+    """Pool and overflow, the group commit's pool, and the quota limiter's one connection."""
     return CONNECTIONS_PER_WORKER_FACTOR * pool_size + GROUP_COMMIT_CONNECTIONS + QUOTA_CONNECTIONS
 
 

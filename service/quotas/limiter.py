@@ -45,8 +45,10 @@ from service.settings import QuotaSettings
 
 _log = structlog.get_logger("memgate.quotas")
 
-QUOTA_POOL_SIZE = 1
-"""The limiter's own pool (plus as much overflow): leases are short and rare."""
+QUOTA_CONNECTIONS = 1
+"""The limiter's own connection per replica, no overflow: leases and slot claims are short
+transactions, and one more connection per worker keeps four workers within the embedded
+cluster's 100 connections (service/http/workers.py)."""
 MAX_TRACKED = 10_000
 """Tenants (and buckets, and slot keys) kept per replica; past it the cache starts over."""
 
