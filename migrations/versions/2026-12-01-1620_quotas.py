@@ -12,8 +12,9 @@
   writers of one tenant rarely wait on the same counter row. Existing rows are counted once
   here (as the owner, with row-level security not forced for the length of the statement).
 
-Every table is keyed by `tenant_id` first and has row-level security keyed on the tenant
-the transaction names, as the other tenant tables (migration `app_role_narrowed`).
+Every table is keyed by `tenant_id` first, goes with its tenant (ON DELETE CASCADE), and has
+row-level security keyed on the tenant the transaction names, as the other tenant tables
+(migration `app_role_narrowed`).
 
 Revision ID: 20261201_quotas
 Revises: 20261201_auditor_casbin_role
@@ -53,7 +54,9 @@ CREATE TABLE quota_buckets (
     tokens double precision NOT NULL,
     last_grant integer NOT NULL,
     updated_at timestamptz NOT NULL,
-    CONSTRAINT pk_quota_buckets PRIMARY KEY (tenant_id, client_id, kind)
+    CONSTRAINT pk_quota_buckets PRIMARY KEY (tenant_id, client_id, kind),
+    CONSTRAINT fk_quota_buckets_tenant_id_tenants FOREIGN KEY (tenant_id)
+        REFERENCES tenants (tenant_id) ON DELETE CASCADE
 );
 CREATE TABLE quota_slots (
     tenant_id uuid NOT NULL,
@@ -61,14 +64,18 @@ CREATE TABLE quota_slots (
     replica uuid NOT NULL,
     held integer NOT NULL,
     expires_at timestamptz NOT NULL,
-    CONSTRAINT pk_quota_slots PRIMARY KEY (tenant_id, client_id, replica)
+    CONSTRAINT pk_quota_slots PRIMARY KEY (tenant_id, client_id, replica),
+    CONSTRAINT fk_quota_slots_tenant_id_tenants FOREIGN KEY (tenant_id)
+        REFERENCES tenants (tenant_id) ON DELETE CASCADE
 );
 CREATE TABLE tenant_usage (
     tenant_id uuid NOT NULL,
     stripe smallint NOT NULL,
     live_count bigint NOT NULL,
     live_bytes bigint NOT NULL,
-    CONSTRAINT pk_tenant_usage PRIMARY KEY (tenant_id, stripe)
+    CONSTRAINT pk_tenant_usage PRIMARY KEY (tenant_id, stripe),
+    CONSTRAINT fk_tenant_usage_tenant_id_tenants FOREIGN KEY (tenant_id)
+        REFERENCES tenants (tenant_id) ON DELETE CASCADE
 );
 GRANT SELECT, INSERT, UPDATE, DELETE ON {", ".join(TABLES)} TO {APP_ROLE};
 """

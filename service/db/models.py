@@ -509,7 +509,10 @@ class QuotaBucket(Base):
     """The shared state of one token bucket; replicas lease batches from it."""
 
     __tablename__ = "quota_buckets"
-    __table_args__ = (PrimaryKeyConstraint("tenant_id", "client_id", "kind"),)
+    __table_args__ = (
+        PrimaryKeyConstraint("tenant_id", "client_id", "kind"),
+        ForeignKeyConstraint(["tenant_id"], ["tenants.tenant_id"], ondelete="CASCADE"),
+    )
 
     tenant_id: Mapped[uuid.UUID] = mapped_column(UUID)
     client_id: Mapped[str] = mapped_column(Text)
@@ -523,7 +526,10 @@ class QuotaSlot(Base):
     """Concurrent-request slots one replica holds, until `expires_at`."""
 
     __tablename__ = "quota_slots"
-    __table_args__ = (PrimaryKeyConstraint("tenant_id", "client_id", "replica"),)
+    __table_args__ = (
+        PrimaryKeyConstraint("tenant_id", "client_id", "replica"),
+        ForeignKeyConstraint(["tenant_id"], ["tenants.tenant_id"], ondelete="CASCADE"),
+    )
 
     tenant_id: Mapped[uuid.UUID] = mapped_column(UUID)
     client_id: Mapped[str] = mapped_column(Text)
@@ -536,7 +542,10 @@ class TenantUsage(Base):
     """Live memories and their bytes, one stripe of a tenant's count (kept by a trigger)."""
 
     __tablename__ = "tenant_usage"
-    __table_args__ = (PrimaryKeyConstraint("tenant_id", "stripe"),)
+    __table_args__ = (
+        PrimaryKeyConstraint("tenant_id", "stripe"),
+        ForeignKeyConstraint(["tenant_id"], ["tenants.tenant_id"], ondelete="CASCADE"),
+    )
 
     tenant_id: Mapped[uuid.UUID] = mapped_column(UUID)
     stripe: Mapped[int] = mapped_column(SmallInteger)

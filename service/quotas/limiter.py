@@ -221,7 +221,8 @@ class Quotas:
 
     async def admit(self, principal: Principal) -> Admission | None:
         """Let an authenticated call in, or raise `RateLimited` (nothing spent is kept: a token
-        taken from one bucket before another refused is given back locally)."""
+        taken from one bucket before another refused is given back locally, and a slot claimed
+        before a later refusal or failure is released)."""
         limits = await self.limits(principal.tenant_id)
         if limits.none:
             return None
@@ -245,7 +246,7 @@ class Quotas:
                 if concurrent is not None:
                     await self._claim(tenant_id, scope, concurrent, who)
                     admission.slots.append((scope, concurrent))
-        except RateLimited:
+        except BaseException:  # refused, or the limiter's database failed: nothing is kept
             for scope, kind in spent:
                 self._refund(tenant_id, scope, kind)
             await admission.release()

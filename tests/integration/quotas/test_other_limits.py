@@ -3,6 +3,7 @@ limits' own row-level security; MCP is limited like REST."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 import msgspec
@@ -14,7 +15,7 @@ from service.problems import InvalidRequest
 from service.quotas.schemas import Limits
 from service.quotas.service import limits_of, set_limits, usage_of
 from tests.fixtures.api import Api
-from tests.integration.quotas.support import assert_limited, limit, stored
+from tests.integration.quotas.support import assert_limited, audit_of, limit, stored
 
 
 def note(key: str, value: str = "Tuesday") -> dict[str, str]:
@@ -55,6 +56,19 @@ async def test_token_requests_are_limited_per_client_and_per_tenant(api: Api) ->
     ]
 
 
+async def test_the_token_bucket_refills_after_its_window(api: Api) -> None:
+    alice = await api.new_agent("alice")
+    await limit(
+        api.runtime, api.tenant_id, alice.client_id, token_requests_per_second=4, token_burst=1
+    )
+    assert (await api.token_response(alice.client_id, alice.secret)).status_code == 200
+    refused = await api.token_response(alice.client_id, alice.secret)
+    assert_limited(refused, "client-token-requests", 1)
+    assert refused.headers["ratelimit-policy"] == '"client-token-requests";q=1;w=1'
+    await asyncio.sleep(0.3)  # one token at 4/s
+    assert (await api.token_response(alice.client_id, alice.secret)).status_code == 200
+
+
 async def test_embedding_calls_per_minute_bite_and_nothing_is_written(api: Api) -> None:
     alice = await api.new_agent("alice")
     await limit(api.runtime, api.tenant_id, embedding_calls_per_minute=2)
@@ -67,6 +81,8 @@ async def test_embedding_calls_per_minute_bite_and_nothing_is_written(api: Api) 
     assert refused.headers["ratelimit-policy"] == '"tenant-embeddings";q=2;w=60'
     assert "2 embedding calls per minute" in body["detail"]
     assert await stored(api.runtime, api.tenant_id) == 1
+    audited = await audit_of(api.runtime, api.tenant_id, 429)
+    assert [(r["action"], r["reason"]) for r in audited] == [("memory.write", "rate-limited")]
     # A request that embeds nothing is not an embedding call.
     assert (await api.http.get("/v1/memories", headers=alice.headers)).status_code == 200
 
@@ -83,6 +99,10 @@ async def test_stored_memories_quota_refuses_the_write_and_writes_nothing(api: A
     assert body["type"].endswith("/quota-exceeded")
     assert "would make 3" in body["detail"]
     assert await stored(api.runtime, api.tenant_id) == 2
+    audited = await audit_of(api.runtime, api.tenant_id, 429)
+    assert [(r["action"], r["reason"], r["decision"]) for r in audited] == [
+        ("memory.write", "quota-exceeded", "deny")
+    ]
     listed = (await api.http.get("/v1/memories", headers=alice.headers)).json()["items"]
     assert sorted(m["key"] for m in listed) == ["a", "b"]
     # A new version of a key replaces the live one: the live count stays 2, so it passes.
