@@ -61,11 +61,13 @@ async def test_a_refused_write_changes_nothing(api: Api) -> None:
 
 async def test_the_bucket_refills_after_its_window(api: Api) -> None:
     alice = await api.new_agent("alice")
-    await limit(api.runtime, api.tenant_id, requests_per_second=4, request_burst=1)
+    # 0.5/s: the second request comes well within the 2 s a token takes, even on a slow host.
+    await limit(api.runtime, api.tenant_id, requests_per_second=0.5, request_burst=1)
     assert (await api.http.get("/v1/memories", headers=alice.headers)).status_code == 200
     refused = await api.http.get("/v1/memories", headers=alice.headers)
     assert_limited(refused, "tenant-requests", 1)
-    await asyncio.sleep(0.3)  # one token at 4/s
+    assert 1 <= int(refused.headers["retry-after"]) <= 2
+    await asyncio.sleep(2.1)  # one token at 0.5/s
     assert (await api.http.get("/v1/memories", headers=alice.headers)).status_code == 200
 
 
