@@ -47,6 +47,7 @@ from service.auth.tokens import VerifiedToken
 from service.db.tenancy import name_tenant
 from service.operations import Operation, answered
 from service.problems import Problem, ServiceUnavailable
+from service.quotas.limiter import Admission
 from service.runtime import Runtime
 
 _log = structlog.get_logger("memgate.calls")
@@ -136,6 +137,8 @@ class Call:
     finished: bool = False
     receipt: tuple[uuid.UUID, int, bytes] | None = None
     """(chain, seq, hash) of this call's row once it committed: the chain's head then."""
+    admission: Admission | None = None
+    """The quotas that let the call in; its concurrency slots go back when it closes."""
     _session: AsyncSession | None = None
     _naming: Claimed | None = None
     """Whom the transaction names for row-level security when it begins."""
@@ -161,12 +164,15 @@ class Call:
         claimed = claimed_caller(token)
         check = entrance_check(token)
         if check is not None:
-            return await self._enter_in_one_statement(token, claimed, check)
-        self._naming = claimed
-        principal = await resolve_principal(self.db, token)
-        self.identify(principal, token)
-        if _ids_of(principal) != claimed:
-            await self.db.execute(select(*_naming_columns(_ids_of(principal), self.read_only)))
+            principal = await self._enter_in_one_statement(token, claimed, check)
+        else:
+            self._naming = claimed
+            principal = await resolve_principal(self.db, token)
+            self.identify(principal, token)
+            if _ids_of(principal) != claimed:
+                await self.db.execute(select(*_naming_columns(_ids_of(principal), self.read_only)))
+        # Quotas once the caller is known and before any work (429 `rate-limited` otherwise).
+        self.admission = await self.runtime.quotas.admit(principal)
         return principal
 
     async def _enter_in_one_statement(
@@ -324,6 +330,8 @@ class Call:
         await self._settle(commit=False)
 
     async def close(self) -> None:
+        if self.admission is not None:
+            await self.admission.release()
         if self._session is not None:
             await self._session.close()
 

@@ -26,6 +26,7 @@ from service.problems import (
     ServiceUnavailable,
     UnsupportedMediaType,
 )
+from service.quotas.problems import RateLimited
 
 if TYPE_CHECKING:
     from service.calls import Call
@@ -85,7 +86,8 @@ class Operation:
         record the call)."""
         entrance: list[type[Problem]] = []
         if not self.public:
-            entrance.append(NotAuthenticated)
+            # An authenticated call is admitted by its tenant's and client's quotas.
+            entrance += [NotAuthenticated, RateLimited]
         if self.scope is not None:
             entrance.append(InsufficientScope)
         if self.takes_input:

@@ -33,6 +33,7 @@ from service.db.session import create_engine, create_sessionmaker
 from service.embeddings import Embedder, EmbeddingFailed, EmbeddingInvalid, traced_embedder
 from service.issuers.directory import TenantIssuerDirectory
 from service.observability.telemetry import instrument_engine
+from service.quotas.limiter import QUOTA_CONNECTIONS, Quotas
 from service.settings import Settings
 
 T = TypeVar("T")
@@ -62,6 +63,9 @@ class Runtime:
     """Where read calls' audit rows are group-committed (service/audit/group_commit.py), on a
     connection of their own: readers wait for it holding theirs, so it must not queue behind
     them in the call pool."""
+    quotas: Quotas
+    """Tenant and client limits and this replica's share of their state (service/quotas), on
+    connections of its own for the same reason."""
     platform_audit_slots: asyncio.Semaphore = field(
         default_factory=lambda: asyncio.Semaphore(PLATFORM_AUDIT_SLOTS)
     )
@@ -69,6 +73,7 @@ class Runtime:
 
     async def close(self) -> None:
         await self.read_audit.close()
+        await self.quotas.close()
         await self.engine.dispose()
 
     async def rotate_signing_keys(self, owner_url: str) -> str:
@@ -256,6 +261,15 @@ async def build_runtime(
                 pool_size=GROUP_COMMIT_POOL_SIZE,
                 role=settings.database.app_role,
             )
+        ),
+        quotas=Quotas(
+            create_engine(
+                database_url,
+                pool_size=QUOTA_CONNECTIONS,
+                max_overflow=0,
+                role=settings.database.app_role,
+            ),
+            settings.quotas,
         ),
         token_gate=TokenGate(
             max_in_flight=settings.auth.token_max_in_flight,

@@ -408,6 +408,45 @@ class AuditSettings:
 
 
 @dataclass(frozen=True)
+class QuotaSettings:
+    """How quotas are enforced across replicas (the limits themselves are per tenant, in the
+    database: service/quotas, docs/tenants.md "Quotas and rate limits").
+
+    lease_seconds: `MEMGATE_QUOTA_LEASE_SECONDS`; a replica leases about this many seconds'
+        worth of a bucket's rate at once (at least 1 token, at most `lease_max`) and drops what
+        it has not spent after this long. Any window lets through at most rate x this many
+        requests more than one bucket would, whatever the number of replicas.
+    lease_max: `MEMGATE_QUOTA_LEASE_MAX`; the most tokens one lease takes.
+    config_seconds: `MEMGATE_QUOTA_CONFIG_SECONDS`; how long a replica keeps a tenant's
+        limits before reading them again: a change bites on every replica within this, and a
+        tenant without limits costs one small read per this many seconds, not per request.
+    slot_seconds: `MEMGATE_QUOTA_SLOT_SECONDS`; how long concurrent-request slots a replica
+        holds stay counted without being renewed, so a killed replica's slots come back. Keep
+        it above the longest request.
+    """
+
+    lease_seconds: float = 0.1
+    lease_max: int = 16
+    config_seconds: float = 5.0
+    slot_seconds: float = 60.0
+
+    def __post_init__(self) -> None:
+        if not 0 < self.lease_seconds <= 10 or not 1 <= self.lease_max <= 1000:
+            raise ValueError("MEMGATE_QUOTA_LEASE_SECONDS must be in (0, 10], _MAX in 1..1000")
+        if not 0 <= self.config_seconds <= 300 or not 1 <= self.slot_seconds <= 3600:
+            raise ValueError("MEMGATE_QUOTA_CONFIG_SECONDS 0..300, _SLOT_SECONDS 1..3600")
+
+    @classmethod
+    def from_env(cls) -> QuotaSettings:
+        return cls(
+            lease_seconds=float(_env("MEMGATE_QUOTA_LEASE_SECONDS", "0.1")),
+            lease_max=_env_int("MEMGATE_QUOTA_LEASE_MAX", 16),
+            config_seconds=float(_env("MEMGATE_QUOTA_CONFIG_SECONDS", "5")),
+            slot_seconds=float(_env("MEMGATE_QUOTA_SLOT_SECONDS", "60")),
+        )
+
+
+@dataclass(frozen=True)
 class Settings:
     database: DatabaseSettings = field(default_factory=DatabaseSettings)
     server: ServerSettings = field(default_factory=ServerSettings)
@@ -416,6 +455,7 @@ class Settings:
     memory: MemorySettings = field(default_factory=MemorySettings)
     observability: ObservabilitySettings = field(default_factory=ObservabilitySettings)
     audit: AuditSettings = field(default_factory=AuditSettings)
+    quotas: QuotaSettings = field(default_factory=QuotaSettings)
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -427,4 +467,5 @@ class Settings:
             memory=MemorySettings.from_env(),
             observability=ObservabilitySettings.from_env(),
             audit=AuditSettings.from_env(),
+            quotas=QuotaSettings.from_env(),
         )

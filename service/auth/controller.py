@@ -27,6 +27,7 @@ from service.http.audit import call_of
 from service.http.deps import Db, Rt
 from service.http.errors import PROBLEM_JSON
 from service.http.routes import route
+from service.quotas.problems import RateLimited
 from service.runtime import Runtime
 
 _NO_STORE = {"Cache-Control": "no-store", "Pragma": "no-cache"}
@@ -146,7 +147,19 @@ class OAuthController(Controller):
                 headers=response_headers,
                 media_type=PROBLEM_JSON,
             )
-        facts.issued = _issued_identity(issued_claims(str(body["access_token"])))
+        issued = _issued_identity(issued_claims(str(body["access_token"])))
+        try:  # the tenant's and the client's token-request limits, once the client is proven
+            await runtime.quotas.admit_token(issued.tenant_id, issued.client_id)
+        except RateLimited as limited:  # the token just signed is never sent
+            facts.reason = limited.slug
+            facts.client_presented(presented)
+            return Response(
+                limited.to_body(instance=request.url.path),
+                status_code=limited.status,
+                headers=_NO_STORE | limited.headers(),
+                media_type=PROBLEM_JSON,
+            )
+        facts.issued = issued
         return Response(body, status_code=status, headers=response_headers)
 
     @get("/.well-known/jwks.json", **route(ops.JWKS))

@@ -14,6 +14,7 @@ from service.auth.problems import (
 )
 from service.operations import operation
 from service.problems import BodyTooLarge, InvalidRequest
+from service.quotas.problems import RateLimited
 
 TOKEN = operation(
     "auth.token",
@@ -28,6 +29,7 @@ TOKEN = operation(
     OAuthInvalidScope,
     OAuthTooManyFailures,
     OAuthOverloaded,
+    RateLimited,
     InvalidRequest,
     BodyTooLarge,
     # Its form is checked by the endpoint itself (RFC 6749 errors): no JSON validation, no ids.

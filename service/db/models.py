@@ -16,12 +16,14 @@ from sqlalchemy import (
     CheckConstraint,
     Computed,
     DateTime,
+    Double,
     ForeignKeyConstraint,
     Identity,
     Index,
     Integer,
     LargeBinary,
     PrimaryKeyConstraint,
+    SmallInteger,
     Text,
     UniqueConstraint,
     func,
@@ -511,3 +513,68 @@ class TenantIssuer(Base):
     scope_claim: Mapped[str] = mapped_column(Text, nullable=False, server_default="scope")
     client_id_claim: Mapped[str] = mapped_column(Text, nullable=False, server_default="client_id")
     created_at: Mapped[datetime] = _now()
+
+
+class TenantLimit(Base):
+    """Configured quotas of a tenant (`client_id` '') or of one of its clients
+    (service/quotas/schemas.py `Limits`, as JSON)."""
+
+    __tablename__ = "tenant_limits"
+    __table_args__ = (
+        PrimaryKeyConstraint("tenant_id", "client_id"),
+        ForeignKeyConstraint(["tenant_id"], ["tenants.tenant_id"], ondelete="CASCADE"),
+    )
+
+    tenant_id: Mapped[uuid.UUID] = mapped_column(UUID)
+    client_id: Mapped[str] = mapped_column(Text)
+    limits: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False)
+    updated_at: Mapped[datetime] = _now()
+
+
+class QuotaBucket(Base):
+    """The shared state of one token bucket; replicas lease batches from it."""
+
+    __tablename__ = "quota_buckets"
+    __table_args__ = (
+        PrimaryKeyConstraint("tenant_id", "client_id", "kind"),
+        ForeignKeyConstraint(["tenant_id"], ["tenants.tenant_id"], ondelete="CASCADE"),
+    )
+
+    tenant_id: Mapped[uuid.UUID] = mapped_column(UUID)
+    client_id: Mapped[str] = mapped_column(Text)
+    kind: Mapped[str] = mapped_column(Text)
+    tokens: Mapped[float] = mapped_column(Double, nullable=False)
+    last_grant: Mapped[int] = mapped_column(Integer, nullable=False)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+
+
+class QuotaSlot(Base):
+    """Concurrent-request slots one replica holds, until `expires_at`."""
+
+    __tablename__ = "quota_slots"
+    __table_args__ = (
+        PrimaryKeyConstraint("tenant_id", "client_id", "replica"),
+        ForeignKeyConstraint(["tenant_id"], ["tenants.tenant_id"], ondelete="CASCADE"),
+    )
+
+    tenant_id: Mapped[uuid.UUID] = mapped_column(UUID)
+    client_id: Mapped[str] = mapped_column(Text)
+    replica: Mapped[uuid.UUID] = mapped_column(UUID)
+    held: Mapped[int] = mapped_column(Integer, nullable=False)
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+
+
+class TenantUsage(Base):
+    """Live memories and their bytes, one stripe of a tenant's count (kept by a trigger)."""
+
+    __tablename__ = "tenant_usage"
+    __table_args__ = (
+        PrimaryKeyConstraint("tenant_id", "stripe"),
+        ForeignKeyConstraint(["tenant_id"], ["tenants.tenant_id"], ondelete="CASCADE"),
+    )
+
+    tenant_id: Mapped[uuid.UUID] = mapped_column(UUID)
+    stripe: Mapped[int] = mapped_column(SmallInteger)
+    # Not named `memories`: the test harness takes that word after FROM-like syntax for the table.
+    live_count: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    live_bytes: Mapped[int] = mapped_column(BigInteger, nullable=False)

@@ -22,15 +22,18 @@ def async_url(url: str) -> str:
     raise ValueError("DATABASE_URL must be a postgresql:// URL")
 
 
-def create_engine(url: str, *, pool_size: int = 10, role: str | None = None) -> AsyncEngine:
+def create_engine(
+    url: str, *, pool_size: int = 10, role: str | None = None, max_overflow: int | None = None
+) -> AsyncEngine:
     """The app's engine. With `role`, every new connection switches to that role first, so the
-    app works with the non-owner role's privileges whoever it logs in as."""
+    app works with the non-owner role's privileges whoever it logs in as. The overflow is the
+    pool size again unless given."""
     # prepare_threshold=None keeps every statement on a custom plan: a generic plan silently drops
     # partial indexes and made filtered search 100x slower (docs/design.md, "Search").
     engine = create_async_engine(
         async_url(url),
         pool_size=pool_size,
-        max_overflow=pool_size,
+        max_overflow=pool_size if max_overflow is None else max_overflow,
         pool_pre_ping=True,
         connect_args={"prepare_threshold": None},
     )

@@ -26,6 +26,7 @@ import psycopg
 import structlog
 
 from service.audit.group_commit import GROUP_COMMIT_POOL_SIZE
+from service.quotas.limiter import QUOTA_CONNECTIONS
 from service.settings import Settings
 
 _log = structlog.get_logger("memgate.serve")
@@ -62,7 +63,8 @@ def connection_budget(owner_url: str) -> int | None:
 
 
 def connections_per_worker(pool_size: int) -> int:
-    return CONNECTIONS_PER_WORKER_FACTOR * pool_size + GROUP_COMMIT_CONNECTIONS
+    """Pool and overflow, the group commit's pool, and the quota limiter's one connection."""
+    return CONNECTIONS_PER_WORKER_FACTOR * pool_size + GROUP_COMMIT_CONNECTIONS + QUOTA_CONNECTIONS
 
 
 def worker_count(requested: int, cores: int, pool_size: int, budget: int | None) -> int:

@@ -103,7 +103,9 @@ def check_every_tool_is_an_operation() -> None:
 
 
 def _memories(call: Call, runtime: Runtime) -> MemoryService:
-    return MemoryService(call.db, runtime.embedder, runtime.settings.memory, facts=call.facts)
+    return MemoryService(
+        call.db, runtime.embedder, runtime.settings.memory, facts=call.facts, quotas=runtime.quotas
+    )
 
 
 def _caller(call: Call) -> Principal:

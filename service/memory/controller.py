@@ -52,7 +52,9 @@ def provide_filters(
 
 
 def _service(call: Call, runtime: Runtime) -> MemoryService:
-    return MemoryService(call.db, runtime.embedder, runtime.settings.memory, facts=call.facts)
+    return MemoryService(
+        call.db, runtime.embedder, runtime.settings.memory, facts=call.facts, quotas=runtime.quotas
+    )
 
 
 class MemoryController(Controller):

@@ -17,6 +17,7 @@ from service.memory.problems import (
 )
 from service.operations import operation
 from service.problems import BadCursor
+from service.quotas.problems import QuotaExceeded
 
 WRITE = operation(
     "memory.write",
@@ -24,6 +25,7 @@ WRITE = operation(
     "Write a memory (supersedes the live one with the same subject, kind and key)",
     Scope.WRITE_MEMORY,
     ValueTooLong,
+    QuotaExceeded,
     MemoryNotFound,
     SpaceNotFound,
     SpaceReadOnly,

@@ -56,6 +56,7 @@ from service.policy.visible import (
     write_targets,
 )
 from service.problems import BadCursor, InvalidRequest
+from service.quotas.limiter import Quotas
 from service.settings import MemorySettings
 
 MAX_METADATA_BYTES = 16_384
@@ -71,9 +72,17 @@ def content_hash(value: str) -> bytes:
 
 class MemoryService:
     def __init__(
-        self, session: AsyncSession, embedder: Embedder, limits: MemorySettings, *, facts: Facts
+        self,
+        session: AsyncSession,
+        embedder: Embedder,
+        limits: MemorySettings,
+        *,
+        facts: Facts,
+        quotas: Quotas | None = None,
     ) -> None:
-        """`facts`: where the call's audit facts (targets, counts) are noted."""
+        """`facts`: where the call's audit facts (targets, counts) are noted; `quotas`: the
+        tenants' embedding-call and storage limits (None: none apply)."""
+        self._quotas = quotas
         self._session = session
         self._facts = facts
         self._embedder = embedder
@@ -93,7 +102,7 @@ class MemoryService:
             tuple(read_requires),
         )
         scope = visible(principal, Action.WRITE)
-        [vector] = await self._embed(data.value)
+        [vector] = await self._embed(principal, data.value)
         now = await repository.lock_key(self._session, ref)
         new_id, valid_from = uuid7(), data.valid_from or now
         made = await repository.supersede(
@@ -102,13 +111,18 @@ class MemoryService:
         row = self._new_row(principal, data, ref, vector, now, new_id, made.previous)
         row.derived_from, row.read_requires = list(dict.fromkeys(data.derived_from)), read_requires
         row = await repository.insert(self._session, row)
+        if self._quotas is not None:  # counted by the insert's trigger; over quota: rolled back
+            await self._quotas.check_storage(self._session, principal.tenant_id)
         self._facts.add_targets([row.id, *made.superseded])
         return MemoryWritten(memory=to_out(row), superseded=made.superseded)
 
-    async def _embed(self, text: str) -> list[list[float]]:
+    async def _embed(self, principal: Principal, text: str) -> list[list[float]]:
         """Embed `text`. A remote provider may take seconds: the transaction (so far only reads
         of grants and spaces) ends first, so no connection waits idle in a transaction for it;
-        the next statement begins a new one, naming the caller again (service/calls.py)."""
+        the next statement begins a new one, naming the caller again (service/calls.py). The
+        tenant's embedding-call limit is spent first (429 `rate-limited`, nothing done)."""
+        if self._quotas is not None:
+            await self._quotas.admit_embedding(principal.tenant_id)
         if self._embedder.remote and self._session.in_transaction():
             await self._session.rollback()
         return await self._embedder.embed([text])
@@ -178,7 +192,7 @@ class MemoryService:
         )
         await self._check_space_filter(principal, filters.space_id)
         scope = visible(principal, Action.READ)
-        [vector] = await self._embed(request.query)
+        [vector] = await self._embed(principal, request.query)
         with span("memory.rank", {"memgate.search.k": k}) as rank:
             async with self._read_budget(SearchTooBroad):
                 hits, strategy = await self.rank(scope, vector, filters, k, request.min_score)

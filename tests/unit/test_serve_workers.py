@@ -77,7 +77,8 @@ def test_an_explicit_count_is_kept_or_refused_never_lowered() -> None:
         worker_count(4, cores=8, pool_size=10, budget=_budget_for(3, 10))
     message = str(refused.value)
     assert "4 workers" in message
-    assert "88 database connections" in message  # 4 x (2 x 10 + 2 for the group commit)
+    # 4 x (2 x 10 + 2 for the group commit + 1 for the quota limiter)
+    assert "92 database connections" in message
     assert "MEMGATE_WORKERS" in message
     assert "MEMGATE_DB_POOL_SIZE" in message
 
