@@ -95,13 +95,14 @@ class AdminClient:
 async def _bootstrap(
     settings: Settings, sessionmaker: async_sessionmaker[AsyncSession]
 ) -> AdminClient | None:
-    """On first start: a default tenant with an admin client; its secret goes to a 0600 file."""
+    """On first start: a default tenant, the platform tenant (its admin is the platform admin),
+    with an admin client; its secret goes to a 0600 file."""
     from service.identity.service import any_tenant, create_tenant
 
     data_dir = settings.database.data_dir
     async with sessionmaker.begin() as session:
         if not await any_tenant(session):
-            created = await create_tenant(session, "default")
+            created = await create_tenant(session, "default", platform=True)
             _write_private(data_dir / ADMIN_SECRET_FILE, created.client_secret + "\n")
             _write_private(
                 data_dir / ADMIN_CLIENT_FILE,

@@ -7,6 +7,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from service.tenants.settings import DEFAULT, TenantSettings
+
 
 @dataclass(frozen=True)
 class Principal:
@@ -23,6 +25,8 @@ class Principal:
     embedded: bool = False
     """The token came from the embedded issuer, so `client_id` names one of the tenant's
     clients (an external IdP's client ids are its own)."""
+    tenant_settings: TenantSettings = DEFAULT
+    """The caller's tenant's settings, read in the entrance statement."""
 
     def has_scope(self, scope: str) -> bool:
         return scope in self.scopes

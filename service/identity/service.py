@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import secrets
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Protocol
+from typing import Any, Protocol
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -354,6 +355,10 @@ class _Founder:
     scopes: frozenset[str]
 
 
+NameFor = Callable[[uuid.UUID], Awaitable[None]]
+"""Names the tenant the transaction works in from now on (row-level security)."""
+
+
 @dataclass(frozen=True)
 class BootstrapResult:
     tenant_id: uuid.UUID
@@ -362,13 +367,40 @@ class BootstrapResult:
     client_secret: str
 
 
-async def create_tenant(session: AsyncSession, name: str) -> BootstrapResult:
-    """A tenant with an admin user and an admin client holding every scope."""
-    tenant = Tenant(tenant_id=uuid.uuid4(), name=name)
+async def create_tenant(
+    session: AsyncSession,
+    name: str,
+    *,
+    platform: bool = False,
+    settings: dict[str, Any] | None = None,
+    name_for: NameFor | None = None,
+) -> BootstrapResult:
+    """A tenant with an admin user and an admin client holding every scope. `platform`: the
+    platform tenant (the first start's; at most one). `settings`: already validated
+    (service/tenants/settings.py).
+
+    Row-level security lets only a transaction naming the platform tenant insert a tenant, or
+    any before there is a platform tenant (the first start). So the platform tenant names
+    itself first; any other is inserted while the transaction still names its caller (the
+    platform admin's call), and is named after. Its rows are then written under row-level
+    security keyed on the tenant the transaction names; a caller that goes on names itself
+    again. `name_for`: how the transaction names a tenant (a call's `name_for`, so its
+    savepoints keep naming the new tenant); default: for this transaction only."""
+
+    async def work_in(tenant_id: uuid.UUID) -> None:
+        if name_for is not None:
+            await name_for(tenant_id)
+        else:
+            await name_tenant(session, tenant_id)
+
+    tenant = Tenant(
+        tenant_id=uuid.uuid4(), name=name, is_platform=platform, settings=settings or {}
+    )
     session.add(tenant)
-    # Its rows are written under row-level security, keyed on the tenant the transaction names.
-    await name_tenant(session, tenant.tenant_id)
+    if platform:
+        await work_in(tenant.tenant_id)
     await session.flush()
+    await work_in(tenant.tenant_id)
     identity = IdentityService(session, tenant.tenant_id)
     admin = await identity.create_principal(PrincipalCreate(kind="user", display_name="admin"))
     founder = _Founder(admin.id, ALL_SCOPES)
@@ -391,4 +423,7 @@ async def create_tenant(session: AsyncSession, name: str) -> BootstrapResult:
 
 
 async def any_tenant(session: AsyncSession) -> bool:
-    return await session.scalar(select(Tenant.tenant_id).limit(1)) is not None
+    """Whether the first start's bootstrap ran (there is a platform tenant). Row-level
+    security hides every tenant row before one is named: a SECURITY DEFINER function answers
+    this one boolean (migration 20261201_tenants_lifecycle)."""
+    return bool(await session.scalar(select(func.memgate_platform_exists())))

@@ -34,6 +34,7 @@ from service.memory.schemas import (
 )
 from service.memory.service import MemoryService
 from service.runtime import Runtime
+from service.tenants.settings import tenant_limits
 
 AuthedRequest = Request[Principal, VerifiedToken, State]
 
@@ -53,7 +54,7 @@ def provide_filters(
 
 
 def _service(call: Call, runtime: Runtime) -> MemoryService:
-    return MemoryService(call.db, runtime.embedder, runtime.settings.memory, facts=call.facts)
+    return MemoryService(call.db, runtime.embedder, tenant_limits(runtime, call), facts=call.facts)
 
 
 class MemoryController(Controller):
