@@ -86,8 +86,8 @@ REVOKE DELETE, TRUNCATE ON tenants FROM {APP_ROLE};
 # pseudonym keys and actors it is read with) stays: it is append-only by design.
 PLAN = f"""
 CREATE FUNCTION memgate_tenant_plan(p_tenant uuid)
-RETURNS TABLE (memories bigint, spaces bigint, principals bigint, clients bigint,
-               policy_rules bigint, audit_rows bigint)
+RETURNS TABLE (memory_count bigint, space_count bigint, principal_count bigint,
+               client_count bigint, policy_rule_count bigint, audit_row_count bigint)
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = public, pg_temp AS $$
 BEGIN
     IF NOT memgate_named_platform() THEN

@@ -49,8 +49,8 @@ CONFIRM_SECONDS = 600
 """How long a deletion plan's confirmation value holds."""
 KEEPS = ["audit chain (append-only)", "tenant id (retired, never reused)"]
 _PLAN = text(
-    "SELECT memories, spaces, principals, clients, policy_rules, audit_rows "
-    "FROM memgate_tenant_plan(:tenant)"
+    "SELECT memory_count, space_count, principal_count, client_count, policy_rule_count, "
+    "audit_row_count FROM memgate_tenant_plan(:tenant)"
 )
 _RETIRE = text("SELECT memgate_retire_tenant(:tenant)")
 
@@ -209,12 +209,12 @@ class TenantService:
     async def _counts(self, tenant_id: uuid.UUID) -> DeletionCounts:
         row = (await self._session.execute(_PLAN, {"tenant": str(tenant_id)})).one()
         return DeletionCounts(
-            memories=row.memories,
-            spaces=row.spaces,
-            principals=row.principals,
-            clients=row.clients,
-            policy_rules=row.policy_rules,
-            audit_rows=row.audit_rows,
+            memories=row.memory_count,
+            spaces=row.space_count,
+            principals=row.principal_count,
+            clients=row.client_count,
+            policy_rules=row.policy_rule_count,
+            audit_rows=row.audit_row_count,
         )
 
     def _settings(self, current: dict[str, Any], change: dict[str, Any]) -> dict[str, Any]:
