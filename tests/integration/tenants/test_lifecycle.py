@@ -80,7 +80,8 @@ async def test_list_is_cursor_paginated_and_get_reads_one(api: Api) -> None:
         cursor = page.json()["next_cursor"]
         if cursor is None:
             break
-    assert sorted(seen) == sorted(made) and pages == 3
+    assert sorted(seen) == sorted(made)
+    assert pages == 3
     one = await admin.http.get(f"/v1/tenants/{api.tenant_id}", headers=admin.admin.headers)
     assert one.json()["name"] == "acme"
     assert one.json()["is_platform"] is False
@@ -122,7 +123,8 @@ async def test_update_merges_settings_and_refuses_bad_ones_changing_nothing(api:
         problem = assert_problem(response, 422, "tenant-settings-invalid")
         assert problem["field"] == field, problem
         if allowed is not None:
-            assert problem["allowed"] == allowed and allowed in problem["detail"]
+            assert problem["allowed"] == allowed
+            assert allowed in problem["detail"]
         else:
             assert "max_k" in problem["allowed"]  # the settings there are
     assert (await admin.http.get(path, headers=admin.admin.headers)).json() == before
@@ -151,15 +153,19 @@ async def test_delete_plans_first_then_retires_keeping_the_audit_chain(api: Api)
     await api.remember(agent, key="b", value="two")
     path = f"/v1/tenants/{api.tenant_id}"
     plan = (await admin.http.delete(path, headers=admin.admin.headers)).json()
-    assert plan["disabled"] is False and plan["confirm"] is None and plan["deleted"] is False
+    assert plan["disabled"] is False
+    assert plan["confirm"] is None
+    assert plan["deleted"] is False
     assert plan["removes"]["memories"] == 2
-    assert plan["removes"]["principals"] == 2 and plan["removes"]["clients"] == 2
+    assert plan["removes"]["principals"] == 2
+    assert plan["removes"]["clients"] == 2
     assert plan["removes"]["audit_rows"] > 0
     # Nothing changed: the agent still works.
     assert (await api.search(agent, "one")).status_code == 200
     await admin.http.post(f"{path}/disable", headers=admin.admin.headers)
     plan = (await admin.http.delete(path, headers=admin.admin.headers)).json()
-    assert plan["disabled"] is True and plan["confirm"]
+    assert plan["disabled"] is True
+    assert plan["confirm"]
     for wrong in ("0.abc", plan["confirm"][:-2] + "xx", "junk"):
         refused = await admin.http.delete(
             path, params={"confirm": wrong}, headers=admin.admin.headers
@@ -190,7 +196,7 @@ async def test_delete_plans_first_then_retires_keeping_the_audit_chain(api: Api)
             " (SELECT count(*) FROM principals WHERE tenant_id = %(o)s)",
             {"t": uuid.UUID(api.tenant_id), "o": uuid.UUID(other.tenant_id)},
         )
-        memories, principals, clients, audit, retired, others = left.one()
+        memories, principals, clients, audit, retired, others = tuple(left.one())
     assert (memories, principals, clients, retired) == (0, 0, 0, True)
     assert audit == plan["removes"]["audit_rows"]  # the chain stays
     assert_problem(await admin.http.get(path, headers=admin.admin.headers), 404, "tenant-not-found")
