@@ -75,6 +75,7 @@ class IdentityService:
         *,
         trusted_issuers: frozenset[str] = frozenset(),
         facts: Facts | None = None,
+        agents_may_read_policy: bool = True,
     ) -> None:
         """`trusted_issuers`: the `iss` of the configured external issuers
         (`AuthSettings.trusted_external_issuers`); none by default, so no external mapping.
@@ -84,6 +85,8 @@ class IdentityService:
         self._session = session
         self._tenant_id = tenant_id
         self._trusted_issuers = trusted_issuers
+        # The tenant's `agents_may_read_policy` setting (service/tenants/settings.py).
+        self._agents_may_read_policy = agents_may_read_policy
 
     def _policy(self, caller: Caller) -> PolicyService:
         return PolicyService(
@@ -193,7 +196,7 @@ class IdentityService:
         target = await self._session.get(Principal, (self._tenant_id, data.principal_id))
         if target is None:
             raise PrincipalNotFound(f"No principal {data.principal_id} in your tenant.")
-        _check_registration(caller, target, scopes, data.kind)
+        _check_registration(caller, target, scopes, data.kind, self._agents_may_read_policy)
         secret = new_client_secret()
         client = Client(
             tenant_id=self._tenant_id,
@@ -254,7 +257,9 @@ class IdentityService:
         if enabled:
             target = await self._session.get(Principal, (self._tenant_id, row.principal_id))
             assert target is not None  # foreign key
-            _check_registration(caller, target, set(row.allowed_scopes), row.kind)
+            _check_registration(
+                caller, target, set(row.allowed_scopes), row.kind, self._agents_may_read_policy
+            )
             row.disabled_at = None
         elif row.disabled_at is None:
             row.disabled_at = datetime.now(UTC)
@@ -287,7 +292,11 @@ class IdentityService:
 
 
 def _check_registration(
-    caller: CallerScopes, target: Principal, scopes: set[str], kind: str
+    caller: CallerScopes,
+    target: Principal,
+    scopes: set[str],
+    kind: str,
+    agents_may_read_policy: bool = True,
 ) -> None:
     """Who may hand out working credentials for `target` (registering, or re-enabling)."""
     missing = scopes - caller.scopes
@@ -298,6 +307,11 @@ def _check_registration(
         )
     if target.kind == "agent" and (kind == "admin" or scopes & ADMIN_SCOPES):
         raise ScopeNotAllowed("Principal is an agent: agents never get admin clients or scopes.")
+    if target.kind == "agent" and Scope.READ_POLICY in scopes and not agents_may_read_policy:
+        raise ScopeNotAllowed(
+            f"Your tenant's settings keep '{Scope.READ_POLICY}' from agents "
+            "(agents_may_read_policy is false): register the client without it."
+        )
     if target.id != caller.principal_id and Scope.MANAGE_TENANT not in caller.scopes:
         raise InsufficientScope(
             "Credentials that act as another principal need the "
