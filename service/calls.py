@@ -145,9 +145,10 @@ class Call:
         self._naming = _ids_of(caller)
 
     async def enter(self, token: VerifiedToken, *, read_only: bool = False) -> Principal:
-        """Authenticate the call on its own connection, in its own transaction: the principal
-        and client are checked as still enabled by the transaction's first statements, so a
-        disabled client stops at once and no second pooled connection is taken.
+        """Authenticate the call on its own connection, in its own transaction: the principal,
+        client and tenant are checked as still enabled by the transaction's first statements
+        (which also read the tenant's settings), so a disabled client or tenant stops at once and
+        no second pooled connection is taken.
 
         The transaction begins naming the ids the verified token claims (its tenant, and for our
         own tokens its subject and acting agent); the resolution then proves them. Only a

@@ -1,5 +1,6 @@
 """Turn a verified token into a `Principal`, checking in the database that the client and the
-principal are still enabled: disabling a client stops its tokens on the very next request.
+principal (and their tenant) are still enabled: disabling a client or a tenant stops its tokens on
+the very next request.
 
 The token's scopes are a ceiling, and so is who holds them: admin scopes never reach an agent
 principal or a non-admin client, whatever an issuer (embedded or external) put in the token. An
