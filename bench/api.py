@@ -65,11 +65,28 @@ async def new_runtime(url: str) -> Runtime:
     )
 
 
+_PLATFORM_ADMINS: dict[int, tuple[str, str]] = {}
+"""The platform admin's client of each runtime (its database), bootstrapped on first use."""
+
+
+async def _new_tenant_admin(client: httpx.AsyncClient, runtime: Runtime) -> tuple[str, str]:
+    """A fresh tenant made as an operator would (`POST /v1/tenants` as the platform admin):
+    its admin client's id and secret."""
+    if id(runtime) not in _PLATFORM_ADMINS:
+        async with runtime.sessionmaker.begin() as session:
+            platform = await create_tenant(session, "platform", platform=True)
+        _PLATFORM_ADMINS[id(runtime)] = (str(platform.client_id), platform.client_secret)
+    operator = await client.post("/oauth/token", data=FORM, auth=_PLATFORM_ADMINS[id(runtime)])
+    headers = {"Authorization": f"Bearer {operator.json()['access_token']}"}
+    made = await client.post("/v1/tenants", json={"name": "bench"}, headers=headers)
+    made.raise_for_status()
+    admin = made.json()["admin"]
+    return admin["client_id"], admin["client_secret"]
+
+
 async def agent_credentials(client: httpx.AsyncClient, runtime: Runtime) -> tuple[str, str]:
     """A fresh tenant and an agent client with read and write scopes in it."""
-    async with runtime.sessionmaker.begin() as session:
-        created = await create_tenant(session, "bench")
-    admin_auth = (str(created.client_id), created.client_secret)
+    admin_auth = await _new_tenant_admin(client, runtime)
     admin = (await client.post("/oauth/token", data=FORM, auth=admin_auth)).json()
     headers = {"Authorization": f"Bearer {admin['access_token']}"}
     user = await client.post("/v1/principals", json={"display_name": "u"}, headers=headers)

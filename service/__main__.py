@@ -1,4 +1,5 @@
-"""The `memgate` command: serve | migrate | revision | keys rotate | token | audit | openapi."""
+"""The `memgate` command: serve | migrate | revision | keys rotate | token | audit | tenants |
+openapi."""
 
 from __future__ import annotations
 
@@ -95,13 +96,14 @@ class AdminClient:
 async def _bootstrap(
     settings: Settings, sessionmaker: async_sessionmaker[AsyncSession]
 ) -> AdminClient | None:
-    """On first start: a default tenant with an admin client; its secret goes to a 0600 file."""
+    """On first start: a default tenant, the platform tenant (its admin is the platform admin),
+    with an admin client; its secret goes to a 0600 file."""
     from service.identity.service import any_tenant, create_tenant
 
     data_dir = settings.database.data_dir
     async with sessionmaker.begin() as session:
         if not await any_tenant(session):
-            created = await create_tenant(session, "default")
+            created = await create_tenant(session, "default", platform=True)
             _write_private(data_dir / ADMIN_SECRET_FILE, created.client_secret + "\n")
             _write_private(
                 data_dir / ADMIN_CLIENT_FILE,
@@ -471,6 +473,70 @@ def cmd_token(settings: Settings, scopes: list[str] | None) -> int:
     return 0
 
 
+def _platform_operator(settings: Settings, command: str) -> tuple[str, str] | None:
+    """The bootstrap admin's client id and secret from MEMGATE_DATA_DIR (the platform admin)."""
+    data_dir = settings.database.data_dir
+    info_file, secret_file = data_dir / ADMIN_CLIENT_FILE, data_dir / ADMIN_SECRET_FILE
+    try:
+        info = json.loads(info_file.read_text())
+        return str(info["client_id"]), secret_file.read_text().strip()
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        print(
+            f"memgate {command}: cannot read the platform admin client ({info_file}, "
+            f"{secret_file}): {exc.__class__.__name__}. Run `memgate serve` once with this "
+            "MEMGATE_DATA_DIR (its first start writes them), or set MEMGATE_DATA_DIR to the "
+            "server's data dir.",
+            file=sys.stderr,
+        )
+        return None
+
+
+def cmd_tenants(settings: Settings, action: str, argument: str | None) -> int:
+    """`memgate tenants create NAME | list | disable ID | enable ID`, as the platform admin,
+    against the database (a running serve's embedded cluster is used and left running)."""
+    import msgspec
+
+    from service.problems import Problem
+    from service.tenants.cli import Operator, OperatorRefused, run
+
+    credentials = _platform_operator(settings, "tenants")
+    if credentials is None:
+        return 1
+
+    async def act(url: str) -> Any:
+        runtime = await _runtime(settings, url, None)
+        try:
+            return await run(runtime, Operator(*credentials), action, argument)
+        finally:
+            await runtime.close()
+
+    try:
+        with database_urls(settings) as urls:
+            result = asyncio.run(act(urls.app_login(settings)))
+    except OperatorRefused as exc:
+        print(f"memgate tenants: {exc}", file=sys.stderr)
+        return 1
+    except Problem as problem:
+        print(f"memgate tenants {action}: {problem.slug}: {problem.detail}", file=sys.stderr)
+        return 1
+    if action == "create":
+        result = _created_tenant(settings, msgspec.to_builtins(result))
+    elif action == "list":
+        result = {"items": msgspec.to_builtins(result)}
+    print(json.dumps(msgspec.to_builtins(result), indent=2))
+    return 0
+
+
+def _created_tenant(settings: Settings, created: dict[str, Any]) -> dict[str, Any]:
+    """The new tenant's admin secret goes to a 0600 file beside the bootstrap admin's, never to
+    the terminal (scrollback, logs of a CI job); the answer names the file."""
+    tenant_id, admin = created["tenant"]["tenant_id"], created["admin"]
+    secret_file = settings.database.data_dir / "tenants" / f"{tenant_id}.admin-client.secret"
+    _write_private(secret_file, admin.pop("client_secret") + "\n")
+    admin["client_secret_file"] = str(secret_file)
+    return created
+
+
 def cmd_openapi(path: Path) -> int:
     from service.http.openapi_doc import render_openapi
 
@@ -572,6 +638,21 @@ def build_parser() -> argparse.ArgumentParser:
         "sign a checkpoint for every tenant whose audit chain grew",
         "For a CronJob (with MEMGATE_AUDIT_CHECKPOINT_SECONDS=0 on the API pods).",
     )
+    tenants = command(
+        commands,
+        "tenants",
+        "manage tenants as the platform admin",
+        "Acts as the bootstrap admin of MEMGATE_DATA_DIR (the platform admin) directly on the "
+        "database, audited like the API; works while `memgate serve` runs. `create NAME` "
+        "writes the new tenant's admin secret to a 0600 file and prints its path.",
+    )
+    tenant_commands = tenants.add_subparsers(dest="tenant_command", required=True, metavar="ACTION")
+    create = command(tenant_commands, "create", "create a tenant and its first admin client")
+    create.add_argument("name", help="the tenant's name")
+    command(tenant_commands, "list", "list the tenants (JSON)")
+    for verb in ("disable", "enable"):
+        toggled = command(tenant_commands, verb, f"{verb} a tenant (idempotent)")
+        toggled.add_argument("tenant_id", help="the tenant's id")
     openapi = command(commands, "openapi", "write the OpenAPI document")
     openapi.add_argument(
         "--output", type=Path, default=Path("openapi.yaml"), help="where (default openapi.yaml)"
@@ -601,6 +682,9 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_audit_checkpoint(settings)
     if args.command == "token":
         return cmd_token(settings, args.scope)
+    if args.command == "tenants":
+        argument = getattr(args, "name", None) or getattr(args, "tenant_id", None)
+        return cmd_tenants(settings, args.tenant_command, argument)
     return cmd_openapi(args.output)
 
 

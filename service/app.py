@@ -39,6 +39,7 @@ from service.policy.controller import (
 )
 from service.runtime import Runtime
 from service.settings import ServerSettings
+from service.tenants.controller import TenantController
 
 API_VERSION = "0.1.0"
 
@@ -104,6 +105,7 @@ def create_app(runtime: Runtime | None = None) -> Litestar:
             SpaceController,
             PermissionController,
             RoleController,
+            TenantController,
             mcp,
         ],
         dependencies={

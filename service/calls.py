@@ -42,6 +42,7 @@ from service.auth.resolver import (
     entrance_check,
     principal_from_check,
     resolve_principal,
+    tenant_entrance,
 )
 from service.auth.tokens import VerifiedToken
 from service.db.tenancy import name_tenant
@@ -153,9 +154,10 @@ class Call:
         self._naming = _ids_of(caller)
 
     async def enter(self, token: VerifiedToken, *, read_only: bool = False) -> Principal:
-        """Authenticate the call on its own connection, in its own transaction: the principal
-        and client are checked as still enabled by the transaction's first statements, so a
-        disabled client stops at once and no second pooled connection is taken.
+        """Authenticate the call on its own connection, in its own transaction: the principal,
+        client and tenant are checked as still enabled by the transaction's first statements
+        (which also read the tenant's settings), so a disabled client or tenant stops at once and
+        no second pooled connection is taken.
 
         The transaction begins naming the ids the verified token claims (its tenant, and for our
         own tokens its subject and acting agent); the resolution then proves them. Only a
@@ -184,10 +186,21 @@ class Call:
         the call would be refused (closed, never open)."""
         self._naming = None  # this statement names the caller, not the begin hook
         columns = _naming_columns(claimed, self.read_only)
-        row = (await self.db.execute(select(*columns, check.label("live")))).one()
-        principal = principal_from_check(token, row.live)
+        tenant = tenant_entrance(token.tenant_id).label("tenant_settings")
+        row = (await self.db.execute(select(*columns, check.label("live"), tenant))).one()
+        principal = principal_from_check(token, row.live, row.tenant_settings)
         self.identify(principal, token)
         return principal
+
+    async def name_for(self, tenant_id: uuid.UUID | None) -> None:
+        """Work in `tenant_id` from now on (no principal named there), or with None in the
+        caller's own tenant again: the platform admin writes a new tenant's first rows. The
+        naming holds for the savepoints that follow too (the begin hook names it again)."""
+        if self.caller is None:
+            raise TypeError("only an authenticated call works in another tenant")
+        ids = _ids_of(self.caller) if tenant_id is None else (tenant_id, None, None)
+        self._naming = ids
+        await self.db.execute(select(*_naming_columns(ids, self.read_only)))
 
     @property
     def authenticated(self) -> bool:

@@ -311,6 +311,8 @@ class MemorySettings:
         every statement that reads memories (search, get, list, counts), set per transaction
         and restored after; a read cancelled by it answers 422 (`search-too-broad`,
         `read-too-broad`), never runs on unbounded.
+    default_ttl_seconds: no operator-wide default (None: a write without `ttl_seconds` never
+        expires); a tenant's `default_ttl_seconds` setting fills it (service/tenants/settings.py).
     """
 
     max_value_chars: int = 16_384
@@ -322,6 +324,7 @@ class MemorySettings:
     ann_max_scan_tuples: int = 40_000
     search_fallback_max_rows: int = 50_000
     read_statement_timeout_ms: int = 3_000
+    default_ttl_seconds: int | None = None
 
     def __post_init__(self) -> None:
         # Refused at start: a bad value would otherwise fail every large search, per request.

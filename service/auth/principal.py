@@ -7,6 +7,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from service.tenants.settings import DEFAULT, TenantSettings
+
 
 @dataclass(frozen=True)
 class Principal:
@@ -25,6 +27,8 @@ class Principal:
     clients (an external IdP's client ids are its own)."""
     issuer_id: uuid.UUID | None = None
     """The tenant's registration of the IdP the token came from (`tenant_issuers`), if any."""
+    tenant_settings: TenantSettings = DEFAULT
+    """The caller's tenant's settings, read in the entrance statement."""
 
     def has_scope(self, scope: str) -> bool:
         return scope in self.scopes

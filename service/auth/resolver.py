@@ -1,5 +1,6 @@
 """Turn a verified token into a `Principal`, checking in the database that the client and the
-principal are still enabled: disabling a client stops its tokens on the very next request.
+principal (and their tenant) are still enabled: disabling a client or a tenant stops its tokens on
+the very next request.
 
 The token's scopes are a ceiling, and so is who holds them: admin scopes never reach an agent
 principal or a non-admin client, whatever an issuer (embedded or external) put in the token. An
@@ -9,7 +10,7 @@ whose mapping a caller holding every admin scope approved (`role:external_admin`
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sqlalchemy import Select, Text, cast, exists, select
@@ -20,15 +21,37 @@ from sqlalchemy.sql.selectable import ScalarSelect
 from service.auth.principal import Principal
 from service.auth.scopes import ADMIN_SCOPES
 from service.auth.tokens import TokenRejected, VerifiedToken
-from service.db.models import CasbinRule, Client, Delegation, TenantIssuer
+from service.db.models import CasbinRule, Client, Delegation, Tenant, TenantIssuer
 from service.db.models import Principal as PrincipalRow
 from service.policy.rules import EXTERNAL_ADMIN
+from service.tenants.settings import stored
+
+
+def tenant_entrance(tenant_id: uuid.UUID) -> ScalarSelect[Any]:
+    """The token's tenant's settings while the tenant is enabled (not disabled, not retired),
+    else NULL: sent in the entrance's first statement beside the principal's check, so a
+    disabled tenant's tokens stop on their next request and the settings cost no round trip."""
+    return (
+        select(Tenant.settings)
+        .where(
+            Tenant.tenant_id == tenant_id,
+            Tenant.disabled_at.is_(None),
+            Tenant.retired_at.is_(None),
+        )
+        .scalar_subquery()
+    )
+
+
+TENANT_DISABLED = "principal or client unknown or disabled"
+"""The refusal of a disabled tenant's token: the same as a disabled client's, so a caller
+learns nothing more from it."""
 
 
 @dataclass(frozen=True)
 class _Holder:
     principal_id: uuid.UUID
     may_hold_admin_scopes: bool
+    tenant_settings: object = None
 
 
 Claimed = tuple[uuid.UUID, uuid.UUID | None, uuid.UUID | None]
@@ -75,6 +98,7 @@ def _principal(token: VerifiedToken, holder: _Holder) -> Principal:
         act=token.act,
         embedded=token.issuer.embedded,
         issuer_id=token.issuer.issuer_id,
+        tenant_settings=stored(holder.tenant_settings),
     )
 
 
@@ -218,14 +242,17 @@ def entrance_check(token: VerifiedToken) -> ScalarSelect[Any] | None:
     return statement.scalar_subquery() if statement is not None else None
 
 
-def principal_from_check(token: VerifiedToken, value: object) -> Principal:
-    """The principal of a token whose `entrance_check` answered `value` (NULL: refused)."""
+def principal_from_check(token: VerifiedToken, value: object, settings: object) -> Principal:
+    """The principal of a token whose `entrance_check` answered `value` and whose
+    `tenant_entrance` answered `settings` (either NULL: refused)."""
+    if settings is None:
+        raise TokenRejected(TENANT_DISABLED)
     if token.act is not None:
-        return _delegated_principal(token, value)
+        return replace(_delegated_principal(token, value), tenant_settings=stored(settings))
     holder = _embedded_holder(token, value)
     if holder is None:
         raise TokenRejected("principal or client unknown or disabled")
-    return _principal(token, holder)
+    return _principal(token, replace(holder, tenant_settings=settings))
 
 
 async def _external_principal(session: AsyncSession, token: VerifiedToken) -> _Holder | None:
@@ -237,11 +264,18 @@ async def _external_principal(session: AsyncSession, token: VerifiedToken) -> _H
         CasbinRule.v0 == PrincipalRow.kind + ":" + cast(PrincipalRow.id, Text),
         CasbinRule.v1 == EXTERNAL_ADMIN,
     )
-    statement = select(PrincipalRow.id, PrincipalRow.kind, approved).where(
-        PrincipalRow.tenant_id == token.tenant_id,
-        PrincipalRow.external_issuer == token.issuer.issuer,
-        PrincipalRow.external_subject == token.subject,
-        PrincipalRow.disabled_at.is_(None),
+    # The tenant enabled, and its settings, in the same statement.
+    statement = (
+        select(PrincipalRow.id, PrincipalRow.kind, approved, Tenant.settings)
+        .join(Tenant, Tenant.tenant_id == PrincipalRow.tenant_id)
+        .where(
+            PrincipalRow.tenant_id == token.tenant_id,
+            PrincipalRow.external_issuer == token.issuer.issuer,
+            PrincipalRow.external_subject == token.subject,
+            PrincipalRow.disabled_at.is_(None),
+            Tenant.disabled_at.is_(None),
+            Tenant.retired_at.is_(None),
+        )
     )
     if token.issuer.issuer_id is not None:
         # A tenant-registered issuer verifies from a config cached for a few seconds; whether
@@ -256,8 +290,8 @@ async def _external_principal(session: AsyncSession, token: VerifiedToken) -> _H
     found = (await session.execute(statement)).one_or_none()
     if found is None:
         return None
-    principal_id, principal_kind, admin_approved = found
-    return _Holder(principal_id, principal_kind != "agent" and bool(admin_approved))
+    principal_id, principal_kind, admin_approved, settings = found
+    return _Holder(principal_id, principal_kind != "agent" and bool(admin_approved), settings)
 
 
 async def admin_credentials_live(session: AsyncSession, caller: Principal) -> bool:

@@ -26,6 +26,7 @@ from sqlalchemy import (
     SmallInteger,
     Text,
     UniqueConstraint,
+    false,
     func,
     text,
 )
@@ -46,12 +47,31 @@ def _now() -> Any:
 
 
 class Tenant(Base):
+    """A tenant. `is_platform`: the one tenant whose `manage:tenant` holders administer all
+    tenants. A disabled tenant's tokens stop on their next request; a retired one (deleted) keeps
+    its row so its audit chain stays and its id is never reused (service/tenants/)."""
+
     __tablename__ = "tenants"
+    __table_args__ = (
+        Index(
+            "uq_tenants_platform",
+            "is_platform",
+            unique=True,
+            postgresql_where=text("is_platform"),
+        ),
+    )
 
     tenant_id: Mapped[uuid.UUID] = mapped_column(UUID, primary_key=True)
     name: Mapped[str] = mapped_column(Text, nullable=False)
     policy_version: Mapped[int] = mapped_column(BigInteger, nullable=False, server_default="1")
     created_at: Mapped[datetime] = _now()
+    is_platform: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default=false())
+    disabled_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    retired_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    settings: Mapped[dict[str, Any]] = mapped_column(
+        JSONB, nullable=False, server_default=text("'{}'::jsonb")
+    )
+    updated_at: Mapped[datetime] = _now()
 
 
 class Principal(Base):

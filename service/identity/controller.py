@@ -34,6 +34,7 @@ def _service(request: AuthedRequest, call: CallDep) -> IdentityService:
         request.user.tenant_id,
         trusted_issuers=trusted_issuers(request),
         facts=call.facts,
+        agents_may_read_policy=request.user.tenant_settings.agents_may_read_policy,
     )
 
 

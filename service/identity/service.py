@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import secrets
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Protocol
+from typing import Any, Protocol
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -75,6 +76,7 @@ class IdentityService:
         *,
         trusted_issuers: frozenset[str] = frozenset(),
         facts: Facts | None = None,
+        agents_may_read_policy: bool = True,
     ) -> None:
         """`trusted_issuers`: the `iss` of the configured external issuers
         (`AuthSettings.trusted_external_issuers`); none by default, so no external mapping.
@@ -84,6 +86,8 @@ class IdentityService:
         self._session = session
         self._tenant_id = tenant_id
         self._trusted_issuers = trusted_issuers
+        # The tenant's `agents_may_read_policy` setting (service/tenants/settings.py).
+        self._agents_may_read_policy = agents_may_read_policy
 
     def _policy(self, caller: Caller) -> PolicyService:
         return PolicyService(
@@ -195,7 +199,7 @@ class IdentityService:
         target = await self._session.get(Principal, (self._tenant_id, data.principal_id))
         if target is None:
             raise PrincipalNotFound(f"No principal {data.principal_id} in your tenant.")
-        _check_registration(caller, target, scopes, data.kind)
+        _check_registration(caller, target, scopes, data.kind, self._agents_may_read_policy)
         secret = new_client_secret()
         client = Client(
             tenant_id=self._tenant_id,
@@ -256,7 +260,9 @@ class IdentityService:
         if enabled:
             target = await self._session.get(Principal, (self._tenant_id, row.principal_id))
             assert target is not None  # foreign key
-            _check_registration(caller, target, set(row.allowed_scopes), row.kind)
+            _check_registration(
+                caller, target, set(row.allowed_scopes), row.kind, self._agents_may_read_policy
+            )
             row.disabled_at = None
         elif row.disabled_at is None:
             had_auditors = await self._auditors_through(row)
@@ -309,7 +315,11 @@ class IdentityService:
 
 
 def _check_registration(
-    caller: CallerScopes, target: Principal, scopes: set[str], kind: str
+    caller: CallerScopes,
+    target: Principal,
+    scopes: set[str],
+    kind: str,
+    agents_may_read_policy: bool = True,
 ) -> None:
     """Who may hand out working credentials for `target` (registering, or re-enabling)."""
     missing = scopes - caller.scopes
@@ -320,6 +330,11 @@ def _check_registration(
         )
     if target.kind == "agent" and (kind == "admin" or scopes & ADMIN_SCOPES):
         raise ScopeNotAllowed("Principal is an agent: agents never get admin clients or scopes.")
+    if target.kind == "agent" and Scope.READ_POLICY in scopes and not agents_may_read_policy:
+        raise ScopeNotAllowed(
+            f"Your tenant's settings keep '{Scope.READ_POLICY}' from agents "
+            "(agents_may_read_policy is false): register the client without it."
+        )
     if target.id != caller.principal_id and Scope.MANAGE_TENANT not in caller.scopes:
         raise InsufficientScope(
             "Credentials that act as another principal need the "
@@ -377,6 +392,10 @@ class _Founder:
     scopes: frozenset[str]
 
 
+NameFor = Callable[[uuid.UUID], Awaitable[None]]
+"""Names the tenant the transaction works in from now on (row-level security)."""
+
+
 @dataclass(frozen=True)
 class BootstrapResult:
     tenant_id: uuid.UUID
@@ -385,13 +404,40 @@ class BootstrapResult:
     client_secret: str
 
 
-async def create_tenant(session: AsyncSession, name: str) -> BootstrapResult:
-    """A tenant with an admin user and an admin client holding every scope."""
-    tenant = Tenant(tenant_id=uuid.uuid4(), name=name)
+async def create_tenant(
+    session: AsyncSession,
+    name: str,
+    *,
+    platform: bool = False,
+    settings: dict[str, Any] | None = None,
+    name_for: NameFor | None = None,
+) -> BootstrapResult:
+    """A tenant with an admin user and an admin client holding every scope. `platform`: the
+    platform tenant (the first start's; at most one). `settings`: already validated
+    (service/tenants/settings.py).
+
+    Row-level security lets only a transaction naming the platform tenant insert a tenant, or
+    any before there is a platform tenant (the first start). So the platform tenant names
+    itself first; any other is inserted while the transaction still names its caller (the
+    platform admin's call), and is named after. Its rows are then written under row-level
+    security keyed on the tenant the transaction names; a caller that goes on names itself
+    again. `name_for`: how the transaction names a tenant (a call's `name_for`, so its
+    savepoints keep naming the new tenant); default: for this transaction only."""
+
+    async def work_in(tenant_id: uuid.UUID) -> None:
+        if name_for is not None:
+            await name_for(tenant_id)
+        else:
+            await name_tenant(session, tenant_id)
+
+    tenant = Tenant(
+        tenant_id=uuid.uuid4(), name=name, is_platform=platform, settings=settings or {}
+    )
     session.add(tenant)
-    # Its rows are written under row-level security, keyed on the tenant the transaction names.
-    await name_tenant(session, tenant.tenant_id)
+    if platform:
+        await work_in(tenant.tenant_id)
     await session.flush()
+    await work_in(tenant.tenant_id)
     identity = IdentityService(session, tenant.tenant_id)
     admin = await identity.create_principal(PrincipalCreate(kind="user", display_name="admin"))
     founder = _Founder(admin.id, ALL_SCOPES)
@@ -414,4 +460,7 @@ async def create_tenant(session: AsyncSession, name: str) -> BootstrapResult:
 
 
 async def any_tenant(session: AsyncSession) -> bool:
-    return await session.scalar(select(Tenant.tenant_id).limit(1)) is not None
+    """Whether the first start's bootstrap ran (there is a platform tenant). Row-level
+    security hides every tenant row before one is named: a SECURITY DEFINER function answers
+    this one boolean (migration 20261201_tenants_lifecycle)."""
+    return bool(await session.scalar(select(func.memgate_platform_exists())))

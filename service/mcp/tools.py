@@ -25,6 +25,7 @@ from service.memory.schemas import MemoryCreate, SearchRequest
 from service.memory.service import MemoryService
 from service.operations import OPERATIONS, Operation
 from service.runtime import Runtime
+from service.tenants.settings import tenant_limits
 
 ArgsT = TypeVar("ArgsT", bound=msgspec.Struct)
 Run = Callable[[Call, Runtime, Any], Awaitable[msgspec.Struct | dict[str, Any]]]
@@ -104,7 +105,11 @@ def check_every_tool_is_an_operation() -> None:
 
 def _memories(call: Call, runtime: Runtime) -> MemoryService:
     return MemoryService(
-        call.db, runtime.embedder, runtime.settings.memory, facts=call.facts, quotas=runtime.quotas
+        call.db,
+        runtime.embedder,
+        tenant_limits(runtime, call),
+        facts=call.facts,
+        quotas=runtime.quotas,
     )
 
 

@@ -33,6 +33,7 @@ from service.memory.schemas import (
 )
 from service.memory.service import MemoryService
 from service.runtime import Runtime
+from service.tenants.settings import tenant_limits
 
 AuthedRequest = Request[Principal, VerifiedToken, State]
 
@@ -53,7 +54,11 @@ def provide_filters(
 
 def _service(call: Call, runtime: Runtime) -> MemoryService:
     return MemoryService(
-        call.db, runtime.embedder, runtime.settings.memory, facts=call.facts, quotas=runtime.quotas
+        call.db,
+        runtime.embedder,
+        tenant_limits(runtime, call),
+        facts=call.facts,
+        quotas=runtime.quotas,
     )
 
 

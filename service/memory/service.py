@@ -389,6 +389,8 @@ class MemoryService:
         new_id: uuid.UUID,
         previous: Version | None,
     ) -> Memory:
+        # A tenant's default TTL applies to writes that give none (service/tenants/settings.py).
+        ttl = data.ttl_seconds or self._limits.default_ttl_seconds
         return Memory(
             tenant_id=principal.tenant_id,
             id=new_id,
@@ -407,7 +409,7 @@ class MemoryService:
             embedding_model=f"{self._embedder.model_id}@{self._embedder.dimensions}",
             valid_from=data.valid_from or now,
             recorded_at=now,
-            expires_at=now + timedelta(seconds=data.ttl_seconds) if data.ttl_seconds else None,
+            expires_at=now + timedelta(seconds=ttl) if ttl else None,
             supersedes=previous.id if previous else None,
             derived_from=[],
             read_requires=[],

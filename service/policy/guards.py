@@ -10,9 +10,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from sqlalchemy import select
+
 from service.audit.problems import AuditorRoleRequired
 from service.auth.principal import Principal
+from service.db.models import Principal as PrincipalRow
 from service.policy.powers import holds_role
+from service.policy.problems import AgentPolicyReadOff
 from service.policy.rules import AUDITOR
 from service.policy.service import PolicyService
 
@@ -39,4 +43,24 @@ async def requires_auditor(call: Call) -> None:
         raise AuditorRoleRequired(
             "Reading the audit log needs the auditor role as well as 'read:audit'. An admin "
             "grants it with PUT /v1/principals/{principal_id}/roles/auditor."
+        )
+
+
+async def agents_may_read_policy(call: Call) -> None:
+    """Unless the caller's tenant keeps `read:policy` from agents, nothing to check; then an
+    agent (or a token an agent holds for a user) is refused. A client registered before the
+    setting changed may still carry the scope: this is where it stops."""
+    caller = _caller(call)
+    if caller.tenant_settings.agents_may_read_policy:
+        return
+    kind = await call.db.scalar(
+        select(PrincipalRow.kind).where(
+            PrincipalRow.tenant_id == caller.tenant_id,
+            PrincipalRow.id == caller.principal_id,
+        )
+    )
+    if caller.actor_id is not None or kind == "agent":
+        raise AgentPolicyReadOff(
+            "Your tenant's settings keep 'read:policy' from agents; ask a tenant admin (who "
+            "may read the policy) instead."
         )

@@ -5,8 +5,9 @@ from __future__ import annotations
 from service.auth.scopes import Scope
 from service.identity.problems import ExternalIssuerUntrusted, PrincipalNotFound
 from service.operations import family, operation
-from service.policy.guards import requires_policy_admin
+from service.policy.guards import agents_may_read_policy, requires_policy_admin
 from service.policy.problems import (
+    AgentPolicyReadOff,
     LastRoleHolder,
     PersonalSpace,
     PolicyAdminRequired,
@@ -85,6 +86,8 @@ SPACE_ACCESS = operation(
     Scope.READ_POLICY,
     SpaceUnknown,
     PolicyReadSelfOnly,
+    AgentPolicyReadOff,
+    check=agents_may_read_policy,
     read_only=True,
 )
 ROLE_ADD_MEMBER = managed(
@@ -134,5 +137,7 @@ PERMISSIONS = operation(
     Scope.READ_POLICY,
     PrincipalNotFound,
     PolicyReadSelfOnly,
+    AgentPolicyReadOff,
+    check=agents_may_read_policy,
     read_only=True,
 )

@@ -47,3 +47,10 @@ class PolicyReadSelfOnly(
 ):
     """An agent (or a call an agent makes for a user) may read its own permissions only; the
     tenant's access graph is for policy readers who are users or services."""
+
+
+class AgentPolicyReadOff(
+    Problem, slug="agent-policy-read-off", status=403, title="Agents may not read policy here"
+):
+    """The tenant's settings keep `read:policy` from agents (`agents_may_read_policy` false):
+    an agent's token, or one acting for a user, is refused at the policy read routes."""

@@ -1,9 +1,10 @@
 """Access matrix of every /v1 route: 401 without a token, 403 without the route's scope, and
 404 (indistinguishable from a random id) for another tenant's or another principal's resource.
 A route added to the app without a row in the table fails `test_route_table_covers_every_route`
-(the policy API's routes have their own table and access tests in tests/integration/policy).
-The cross-tenant matrix of every route and MCP tool (ids in paths, filters and bodies, names,
-the other tenant's tokens; audit chains and logs) is tests/integration/tenants.
+(the policy API's routes have their own table and access tests in tests/integration/policy, the
+platform's /v1/tenants routes theirs in tests/integration/tenants/test_access.py). The
+cross-tenant matrix of every route and MCP tool (ids in paths, filters and bodies, names, the
+other tenant's tokens; audit chains and logs) is tests/integration/tenants.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from tests.fixtures.api import Api, TestClient
 from tests.integration.memory import matrix
 from tests.integration.memory.support import ID_ROUTES, ROUTES, Route
 from tests.integration.policy.test_policy_api import POLICY_ROUTES
+from tests.integration.tenants.support import TENANT_ROUTES
 
 PUBLIC_ROUTES = ("/healthz", "/readyz", "/schema/openapi.json")
 """Routes outside /v1 that answer without a token (probes and the spec; metrics have a listener
@@ -68,4 +70,8 @@ def test_route_table_covers_every_route() -> None:
         if method not in {"HEAD", "OPTIONS"}
     }
     policy_api = {(method, template) for method, template, _ in POLICY_ROUTES}
-    assert declared - policy_api == {(route.method, route.template) for route in ROUTES}
+    platform_api = {(route.method, route.template) for route in TENANT_ROUTES}
+    assert platform_api <= declared
+    assert declared - policy_api - platform_api == {
+        (route.method, route.template) for route in ROUTES
+    }

@@ -29,7 +29,9 @@ async def test_audit_checkpoint_command(
     monkeypatch.setenv("MEMGATE_KEY_ENCRYPTION_KEY", runtime.settings.auth.key_encryption_key)
     assert await asyncio.to_thread(main, ["audit", "checkpoint"]) == 0
     made = capsys.readouterr().out
-    assert "signed 1 audit checkpoint(s)" in made  # the one chain so far: the tenant's
+    # Two chains so far: the platform tenant's (its admin created the tenant through the API)
+    # and the tenant's.
+    assert "signed 2 audit checkpoint(s)" in made
 
     checkpoint = (await auditor_get(api, "/v1/audit/checkpoints/latest")).json()
     report = (await auditor_get(api, "/v1/audit/verify")).json()

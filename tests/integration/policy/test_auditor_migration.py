@@ -8,6 +8,7 @@ import uuid
 from dataclasses import dataclass
 
 import psycopg
+import pytest
 
 from service.db.migrate import downgrade, upgrade
 from tests.fixtures.postgres import with_database
@@ -79,6 +80,9 @@ def _state(url: str) -> State:
         )
 
 
+# Upgrading to head runs 20261201_tenants_lifecycle, whose deletion functions count and remove
+# memory rows by design outside Visible (their bodies are read here).
+@pytest.mark.bypasses_visible("migrations define the memory table and the tenant deletion")
 def test_auditors_become_casbin_lines_and_downgrade_restores_the_table(pg_server: str) -> None:
     url = _database_before(pg_server, "auditor_migration")
     tenant, auditor, bystander, service = _world(url)

@@ -9,6 +9,7 @@ import time
 import uuid
 
 import psycopg
+import pytest
 
 from service.db.migrate import downgrade, upgrade
 from tests.fixtures.postgres import with_database
@@ -74,6 +75,9 @@ def _grants(url: str) -> set[tuple[object, ...]]:
         return set(rows.fetchall())
 
 
+# Upgrading to head runs 20261201_tenants_lifecycle, whose deletion functions count and remove
+# memory rows by design outside Visible (their bodies are read here).
+@pytest.mark.bypasses_visible("migrations define the memory table and the tenant deletion")
 def test_the_view_answers_what_the_table_held_and_downgrade_restores_it(pg_server: str) -> None:
     url = _database_before(pg_server, "grant_migration_equal")
     _world(url)
@@ -87,6 +91,9 @@ def test_the_view_answers_what_the_table_held_and_downgrade_restores_it(pg_serve
     assert _grants(url) == before
 
 
+# Upgrading to head runs 20261201_tenants_lifecycle, whose deletion functions count and remove
+# memory rows by design outside Visible (their bodies are read here).
+@pytest.mark.bypasses_visible("migrations define the memory table and the tenant deletion")
 def test_a_revoke_committed_by_an_old_replica_during_the_upgrade_stays_revoked(
     pg_server: str,
 ) -> None:

@@ -132,6 +132,7 @@ def _path(method: str, template: str) -> Callable[[Side, str], Ask]:
             "agent": side.agent.principal_id,
             "user": side.user.principal_id,
             "client": side.agent.client_id,
+            "tenant": side.tenant_id,
         }
         path = template.replace("{value}", value)
         for name, own_id in own.items():
@@ -205,6 +206,15 @@ def _admin_client_id(side: Side) -> str:
 
 def _issuer_id(side: Side) -> str:
     return str(side.issuer["id"])
+
+
+def _tenant_id(side: Side) -> str:
+    return side.tenant_id
+
+
+TENANT = "/v1/tenants/{id}"
+PLATFORM_ONLY = "platform-admin-required"
+"""What a tenant admin gets on every platform route, before any lookup (test_access.py)."""
 
 
 def name_of(kind: str) -> Value:
@@ -496,6 +506,23 @@ PROBES: tuple[Probe, ...] = (
         "issuer-not-found",
     ),
     _listing("GET /v1/issuers"),
+    # platform routes: a tenant admin is refused before any lookup ----------------------------
+    _id(f"GET {TENANT}", "/v1/tenants/{value}", "tenant", _tenant_id, PLATFORM_ONLY),
+    _id(f"PATCH {TENANT}", "/v1/tenants/{value}", "tenant", _tenant_id, PLATFORM_ONLY),
+    _id(f"DELETE {TENANT}", "/v1/tenants/{value}", "tenant", _tenant_id, PLATFORM_ONLY),
+    _id(
+        f"POST {TENANT}/disable", "/v1/tenants/{value}/disable", "tenant", _tenant_id, PLATFORM_ONLY
+    ),
+    _id(f"POST {TENANT}/enable", "/v1/tenants/{value}/enable", "tenant", _tenant_id, PLATFORM_ONLY),
+    _id(f"GET {TENANT}/limits", "/v1/tenants/{value}/limits", "tenant", _tenant_id, PLATFORM_ONLY),
+    _id(f"PUT {TENANT}/limits", "/v1/tenants/{value}/limits", "tenant", _tenant_id, PLATFORM_ONLY),
+    _id(
+        f"PUT {TENANT}/clients/{{id}}/limits",
+        "/v1/tenants/{own.tenant}/clients/{value}/limits",
+        "client",
+        _client_id,
+        PLATFORM_ONLY,
+    ),
     # teams, spaces, grants, roles, delegations ---------------------------------------------
     _id(
         f"PUT {MEMBERS}",
@@ -769,6 +796,10 @@ NAMES_NOTHING = {
     "GET /.well-known/oauth-protected-resource": "RFC 9728 metadata, one per deployment",
     "GET /.well-known/oauth-protected-resource/mcp": "RFC 9728 metadata, one per deployment",
     "/mcp": "every MCP tool has its probes in test_mcp_cross_tenant.py",
+    "GET /v1/tenants": "a platform route: a tenant admin gets 403 platform-admin-required, the "
+    "same bytes for everybody (test_access.py); it names nothing",
+    "POST /v1/tenants": "a platform route: a tenant admin gets 403 platform-admin-required, the "
+    "same bytes for everybody (test_access.py); a tenant's name is not unique",
     "POST /v1/issuers": "(issuer, audience) is unique across the platform, so registering a "
     "pair another tenant holds is 409 issuer-taken, byte-identical to a pair the caller's own "
     "tenant holds and never naming the holder (tests/integration/issuers); docs/security.md",

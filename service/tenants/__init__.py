@@ -1,0 +1,1 @@
+"""Tenants as a product: lifecycle, the platform admin, per-tenant settings."""
