@@ -209,12 +209,14 @@ class TokenVerifier:
     async def _issuer_of(self, unverified: dict[str, Any]) -> TrustedIssuer:
         iss = unverified.get("iss")
         # Only a string names an issuer; a list or object `iss` is unhashable and never trusted.
-        if not isinstance(iss, str):
+        # Nor one the database cannot take (a lone surrogate, a NUL): no issuer is registered
+        # with it, and looking it up answered 500 (red-team F4).
+        if not isinstance(iss, str) or not storable(iss):
             raise TokenRejected("untrusted issuer")
         issuer = self._issuers.get(iss)
         if issuer is None and self._directory is not None:
             audience = _single_audience(unverified.get("aud"))
-            if audience is not None:
+            if audience is not None and storable(audience):
                 issuer = await self._directory.find(iss, audience)
         if issuer is None:
             raise TokenRejected("untrusted issuer")
@@ -245,6 +247,16 @@ def _exactly_our_audience(aud: object, expected: str) -> bool:
     forms). joserfc accepts any list that contains it, but a token also meant for another API
     could be replayed here by that API, so a second audience refuses the token."""
     return aud in (expected, [expected])
+
+
+def storable(text: str) -> bool:
+    """Whether `text` can be a query parameter: UTF-8 encodable (no lone surrogate) and no NUL,
+    which PostgreSQL text refuses. Token claims are JSON, where both are legal escapes."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return "\x00" not in text
 
 
 def _single_audience(aud: object) -> str | None:
@@ -286,14 +298,17 @@ def _tenant_of(issuer: TrustedIssuer, claims: dict[str, Any]) -> uuid.UUID:
 def _to_verified(issuer: TrustedIssuer, claims: dict[str, Any]) -> VerifiedToken:
     tenant_id = _tenant_of(issuer, claims)
     subject = claims.get(issuer.subject_claim)
-    if not isinstance(subject, str) or not subject:
+    if not isinstance(subject, str) or not subject or not storable(subject):
         raise TokenRejected("token carries no subject")
+    client_id = str(claims.get(issuer.client_id_claim) or claims.get("azp") or "")
+    if not storable(client_id):
+        raise TokenRejected("token carries no usable client id")
     act = claims.get("act")
     return VerifiedToken(
         issuer=issuer,
         tenant_id=tenant_id,
         subject=subject,
-        client_id=str(claims.get(issuer.client_id_claim) or claims.get("azp") or ""),
+        client_id=client_id,
         scopes=parse_scopes(claims.get(issuer.scope_claim, claims.get("scp"))),
         token_id=str(claims.get("jti") or claims.get("uti") or ""),
         act=act if isinstance(act, dict) else None,
