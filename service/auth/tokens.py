@@ -28,8 +28,19 @@ MAX_KID_CHARS = 128
 ACCESS_TOKEN_TYPES = frozenset({"at+jwt", "application/at+jwt"})
 
 
+REGISTERED_REFUSAL = "not valid for its issuer"
+"""The one 401 wording once a tenant-registered (iss, aud) pair is picked: anyone may send such
+a token, so the answer must not tell its registration's algorithms, key ids or JWKS health
+(red-team F6). The precise reason goes to the log and the audit row."""
+
+
 class TokenRejected(Exception):
-    """Verification failed. The message is for logs and the 401 body; it never echoes the token."""
+    """Verification failed. The message is for the 401 body; it never echoes the token.
+    `reason`: the precise, fixed-text reason when the message is deliberately vaguer."""
+
+    def __init__(self, message: str, *, reason: str | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 KeyFetcher = Callable[[], Awaitable[dict[str, Any]]]
@@ -185,6 +196,16 @@ class TokenVerifier:
             raise TokenRejected("token too large")
         header, unverified = _peek(token)
         issuer = await self._issuer_of(unverified)
+        if issuer.tenant_id is None:
+            return await self._verified_by(issuer, header, token)
+        try:
+            return await self._verified_by(issuer, header, token)
+        except TokenRejected as exc:
+            raise TokenRejected(REGISTERED_REFUSAL, reason=str(exc)) from None
+
+    async def _verified_by(
+        self, issuer: TrustedIssuer, header: dict[str, Any], token: str
+    ) -> VerifiedToken:
         alg = header.get("alg")
         if alg not in issuer.algorithms:
             raise TokenRejected("algorithm not allowed for this issuer")
