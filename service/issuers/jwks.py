@@ -3,7 +3,9 @@ it must not stall token verification for anybody else.
 
 - https only (http only to loopback, when the operator allows loopback for tests and local IdPs);
 - the host is resolved here, every address it resolves to must be global (not private,
-  loopback, link-local, shared, reserved or multicast), and the connection goes to the address
+  loopback, link-local, shared, reserved or multicast; an IPv6 form carrying an IPv4 address,
+  NAT64, 6to4, SIIT, IPv4-compatible or IPv4-mapped, is judged as that IPv4 address, and
+  site-local, Teredo and local-use NAT64 are refused), and the connection goes to the address
   that was checked (the `Host` header and TLS name stay the hostname), so a DNS answer that
   changes between the check and the connection cannot point it inward;
 - no redirects, no proxy from the environment, the whole fetch (resolve, connect, read) within
@@ -124,9 +126,39 @@ def _literal(host: str) -> Address | None:
         return None
 
 
+_IPV4_IN_LOW_BITS = (
+    ipaddress.IPv6Network("64:ff9b::/96"),  # NAT64 (RFC 6052): the gateway connects inward
+    ipaddress.IPv6Network("::ffff:0:0:0/96"),  # SIIT IPv4-translated (RFC 2765)
+    ipaddress.IPv6Network("::/96"),  # IPv4-compatible (deprecated, RFC 4291)
+)
+"""IPv6 forms whose last 32 bits are the IPv4 address a packet ends up at: judged as that
+address (red-team F5: `is_global` called them public)."""
+_REFUSED_IPV6 = (
+    ipaddress.IPv6Network("64:ff9b:1::/48"),  # local-use NAT64 (RFC 8215)
+    ipaddress.IPv6Network("2001::/32"),  # Teredo: the client address is obfuscated
+    ipaddress.IPv6Network("fec0::/10"),  # site-local (deprecated, still routed inward)
+)
+"""Refused whatever they carry."""
+
+
 def _fetchable(address: Address, *, allow_loopback: bool) -> bool:
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
     if allow_loopback and address.is_loopback:
         return True
+    if isinstance(address, ipaddress.IPv6Address):
+        if any(address in network for network in _REFUSED_IPV6):
+            return False
+        inner = _embedded_ipv4(address)
+        if inner is not None:
+            return _fetchable(inner, allow_loopback=False)
     return address.is_global and not address.is_multicast
+
+
+def _embedded_ipv4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv4-mapped, NAT64, SIIT, IPv4-compatible or 6to4 address leads to."""
+    if address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    if address.sixtofour is not None:
+        return address.sixtofour
+    if any(address in network for network in _IPV4_IN_LOW_BITS):
+        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    return None
