@@ -9,12 +9,15 @@ it must not stall token verification for anybody else.
   that was checked (the `Host` header and TLS name stay the hostname), so a DNS answer that
   changes between the check and the connection cannot point it inward;
 - no redirects, no proxy from the environment, the whole fetch (resolve, connect, read) within
-  one timeout, the body read in chunks and dropped past `max_bytes`.
+  one timeout, the body read in chunks and dropped past `max_bytes`;
+- only keys memgate verifies with, at sizes that cost what a normal key costs (`usable_keys`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import ipaddress
 import json
 import socket
@@ -22,9 +25,11 @@ from typing import Any
 from urllib.parse import SplitResult, urlsplit
 
 import httpx
+import structlog
 
 from service.auth.tokens import KeyFetcher
 
+_log = structlog.get_logger("memgate.issuers")
 MAX_JWKS_BYTES = 256_000
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 
@@ -100,7 +105,70 @@ async def _fetch(
     if not isinstance(document, dict):
         # ValueError, as every other bad answer: the key cache treats them alike.
         raise ValueError("JWKS document is not an object")  # noqa: TRY004
-    return document
+    return usable_keys(document)
+
+
+def usable_keys(document: dict[str, Any]) -> dict[str, Any]:
+    """The keys of a tenant's JWKS memgate may verify with, each skipped one logged: RSA with
+    a 2048-4096-bit modulus and a public exponent up to 2^32 (a huge exponent made every
+    junk-signed token about 50 times dearer to check: red-team F7), EC on P-256 (ES256) and
+    OKP on Ed25519 (EdDSA). Nothing else (other curves, symmetric keys) is ever verified with,
+    so nothing else is imported."""
+    keys = document.get("keys")
+    if not isinstance(keys, list):
+        raise ValueError("JWKS document has no key list")  # noqa: TRY004 (as above)
+    kept = []
+    for key in keys:
+        refusal = _refusal(key)
+        if refusal is None:
+            kept.append(key)
+        else:
+            kty = key.get("kty") if isinstance(key, dict) else None
+            _log.warning(
+                "tenant_jwks_key_skipped", reason=refusal, kty=kty if kty in _KTYS else None
+            )
+    return {**document, "keys": kept}
+
+
+_KTYS = frozenset({"RSA", "EC", "OKP", "oct"})
+_CURVES = {"EC": "P-256", "OKP": "Ed25519"}
+RSA_MODULUS_BITS = (2048, 4096)
+RSA_MAX_EXPONENT = 1 << 32
+
+
+def _refusal(key: object) -> str | None:
+    """Why `key` is not imported (a short fixed code), or None."""
+    if not isinstance(key, dict):
+        return "kty"
+    kty = key.get("kty")
+    if kty == "RSA":
+        return _rsa_refusal(key)
+    if kty in _CURVES:
+        return None if key.get("crv") == _CURVES[kty] else "curve"
+    return "kty"
+
+
+def _rsa_refusal(key: dict[str, Any]) -> str | None:
+    try:
+        n, e = _b64_int(key.get("n")), _b64_int(key.get("e"))
+    except ValueError:
+        return "rsa-malformed"
+    low, high = RSA_MODULUS_BITS
+    if not low <= n.bit_length() <= high:
+        return "rsa-modulus"
+    if not 3 <= e <= RSA_MAX_EXPONENT:
+        return "rsa-exponent"
+    return None
+
+
+def _b64_int(value: object) -> int:
+    if not isinstance(value, str) or not value or len(value) > 1024:
+        raise ValueError("not a base64url integer")
+    try:
+        raw = base64.urlsafe_b64decode(value + "=" * (-len(value) % 4))
+    except (binascii.Error, ValueError):
+        raise ValueError("not a base64url integer") from None
+    return int.from_bytes(raw, "big")
 
 
 async def _resolve(host: str, port: int, allow_loopback: bool) -> Address:

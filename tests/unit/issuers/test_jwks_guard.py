@@ -29,7 +29,7 @@ def server() -> Iterator[str]:
                 return
             body = b'{"keys": []}' if self.path == "/jwks" else b" " * BIG
             if self.path == "/host":
-                body = json.dumps({"host": self.headers["Host"]}).encode()
+                body = json.dumps({"keys": [], "host": self.headers["Host"]}).encode()
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.end_headers()
@@ -94,7 +94,7 @@ async def test_fetches_with_the_hostname_and_refuses_redirects_and_big_bodies(
     assert fetched == {"keys": []}
     named = server.replace("127.0.0.1", "localhost")
     host = await guarded_jwks_fetcher(f"{named}/host", timeout=1.0, allow_loopback=True)()
-    assert host == {"host": named.removeprefix("http://")}
+    assert host == {"keys": [], "host": named.removeprefix("http://")}
     with pytest.raises(ValueError, match="302"):
         await guarded_jwks_fetcher(f"{server}/redirect", timeout=1.0, allow_loopback=True)()
     with pytest.raises(ValueError, match="too large"):
