@@ -11,6 +11,7 @@ A subclass names its slug, status and title once:
 
 from __future__ import annotations
 
+import re
 from typing import Any, ClassVar
 
 PROBLEM_BASE_URI = "https://memgate.dev/problems/"
@@ -38,6 +39,10 @@ class Problem(Exception):
     @classmethod
     def type_uri(cls) -> str:
         return PROBLEM_BASE_URI + cls.slug
+
+    def audit_reason(self) -> str:
+        """The audit row's `reason`: the slug, unless a problem knows more than it answers."""
+        return self.slug
 
     def headers(self) -> dict[str, str]:
         return {}
@@ -96,11 +101,20 @@ class NotAuthenticated(
         *,
         error: str = "invalid_token",
         resource_metadata: str | None = None,
+        reason: str | None = None,
         **extensions: Any,
     ) -> None:
+        """`reason`: the precise, fixed-text cause a deliberately vague detail leaves out (a
+        tenant-registered issuer's refusal); audited, never answered."""
         super().__init__(detail, **extensions)
         self.error = error
         self.resource_metadata = resource_metadata
+        self.reason = reason
+
+    def audit_reason(self) -> str:
+        if self.reason is None:
+            return self.slug
+        return f"{self.slug}:{re.sub(r'[^a-z0-9]+', '-', self.reason.lower()).strip('-')}"
 
     def headers(self) -> dict[str, str]:
         parts = ['realm="memgate"']

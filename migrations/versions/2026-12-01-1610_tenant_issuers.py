@@ -4,7 +4,10 @@ agents log in with, and a token's (`iss`, `aud`) selects exactly one tenant.
 - `tenant_issuers`: one row per registered IdP, keyed (tenant_id, id) like every tenant table,
   with row-level security on the tenant the transaction names. `(issuer, audience)` is unique
   across the whole platform (not per tenant): verification picks the tenant from that pair, so
-  two tenants can never both claim it.
+  two tenants can never both claim it. And one registration per issuer per tenant
+  (`tenant_id, issuer`): principals map to an issuer by its `iss` alone, so a second
+  registration of that `iss` (another audience, another JWKS) would mint tokens for the
+  principals mapped to the first (red-team pass on tenant issuers, F1).
 - `memgate_tenant_issuer(issuer, audience)`: the one read token verification makes before any
   tenant is known. SECURITY DEFINER (owner-owned, fixed search_path) because row-level security
   hides every row until a tenant is named; it takes both halves of the unique key and returns
@@ -45,6 +48,7 @@ CREATE TABLE tenant_issuers (
     created_at timestamptz NOT NULL DEFAULT now(),
     CONSTRAINT pk_tenant_issuers PRIMARY KEY (tenant_id, id),
     CONSTRAINT uq_tenant_issuers_issuer_audience UNIQUE (issuer, audience),
+    CONSTRAINT uq_tenant_issuers_tenant_id_issuer UNIQUE (tenant_id, issuer),
     CONSTRAINT fk_tenant_issuers_tenant_id_tenants FOREIGN KEY (tenant_id)
         REFERENCES tenants (tenant_id) ON DELETE CASCADE
 );

@@ -105,6 +105,10 @@ async def exchange(
     }
     if verified.issuer.embedded:
         claims["subject_client_id"] = user.client_id
+    if verified.issuer.issuer_id is not None:
+        # A tenant-registered IdP: every request checks its registration is still there, so
+        # deleting the issuer stops this token too (red-team F3), not only at the IdP's `exp`.
+        claims["subject_issuer_id"] = str(verified.issuer.issuer_id)
     key = await active_signing_key(session, kek)
     header = {"alg": key.alg, "typ": "at+jwt", "kid": key.kid}
     body = {

@@ -18,6 +18,8 @@ from service.problems import NotAuthenticated
 if TYPE_CHECKING:
     from service.runtime import Runtime
 
+_log = structlog.get_logger("memgate.auth")
+
 
 class BearerAuthentication(AbstractAuthenticationMiddleware):
     async def authenticate_request(self, connection: AnyConnection) -> AuthenticationResult:
@@ -43,9 +45,13 @@ class BearerAuthentication(AbstractAuthenticationMiddleware):
                     verified, read_only=operation is not None and operation.read_only
                 )
             except TokenRejected as exc:
+                # The precise reason is fixed text (never the token's): logged, and kept in the
+                # audit row when the answer is deliberately vaguer.
+                _log.info("token_rejected", reason=exc.reason or str(exc))
                 raise NotAuthenticated(
                     f"The access token was rejected ({exc}). Get a new token from /oauth/token.",
                     resource_metadata=discovery,
+                    reason=exc.reason,
                 ) from None
         structlog.contextvars.bind_contextvars(
             tenant=str(principal.tenant_id),

@@ -119,6 +119,7 @@ def _delegation_live(token: VerifiedToken) -> Select[uuid.UUID]:
         user_id, agent_id = uuid.UUID(token.subject), uuid.UUID(str(act.get("sub")))
         client_id = uuid.UUID(token.client_id)
         user_client_id = _user_client_of(token)
+        subject_issuer_id = _subject_issuer_id_of(token)
     except ValueError:
         raise TokenRejected("malformed delegation") from None
     user = aliased(PrincipalRow)
@@ -156,6 +157,15 @@ def _delegation_live(token: VerifiedToken) -> Select[uuid.UUID]:
             (user_client.tenant_id == Delegation.tenant_id)
             & (user_client.principal_id == Delegation.user_id),
         ).where(user_client.client_id == user_client_id, user_client.disabled_at.is_(None))
+    if subject_issuer_id is not None:
+        # The user's tenant-registered IdP is still registered (the same round trip): deleting
+        # it stops the tokens exchanged from its tokens as well.
+        statement = statement.where(
+            exists().where(
+                TenantIssuer.tenant_id == Delegation.tenant_id,
+                TenantIssuer.id == subject_issuer_id,
+            )
+        )
     return statement
 
 
@@ -187,6 +197,13 @@ def _user_client_of(token: VerifiedToken) -> uuid.UUID | None:
     if subject_issuer != token.issuer.issuer:
         return None
     return uuid.UUID(str(token.claims.get("subject_client_id")))
+
+
+def _subject_issuer_id_of(token: VerifiedToken) -> uuid.UUID | None:
+    """The registration of the tenant-registered IdP the user's own token came from (None for
+    our own and the operator's issuers, which have none)."""
+    registered = token.claims.get("subject_issuer_id")
+    return None if registered is None else uuid.UUID(str(registered))
 
 
 async def _embedded_principal(session: AsyncSession, token: VerifiedToken) -> _Holder | None:

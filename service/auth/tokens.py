@@ -28,8 +28,19 @@ MAX_KID_CHARS = 128
 ACCESS_TOKEN_TYPES = frozenset({"at+jwt", "application/at+jwt"})
 
 
+REGISTERED_REFUSAL = "not valid for its issuer"
+"""The one 401 wording once a tenant-registered (iss, aud) pair is picked: anyone may send such
+a token, so the answer must not tell its registration's algorithms, key ids or JWKS health
+(red-team F6). The precise reason goes to the log and the audit row."""
+
+
 class TokenRejected(Exception):
-    """Verification failed. The message is for logs and the 401 body; it never echoes the token."""
+    """Verification failed. The message is for the 401 body; it never echoes the token.
+    `reason`: the precise, fixed-text reason when the message is deliberately vaguer."""
+
+    def __init__(self, message: str, *, reason: str | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 KeyFetcher = Callable[[], Awaitable[dict[str, Any]]]
@@ -185,6 +196,16 @@ class TokenVerifier:
             raise TokenRejected("token too large")
         header, unverified = _peek(token)
         issuer = await self._issuer_of(unverified)
+        if issuer.tenant_id is None:
+            return await self._verified_by(issuer, header, token)
+        try:
+            return await self._verified_by(issuer, header, token)
+        except TokenRejected as exc:
+            raise TokenRejected(REGISTERED_REFUSAL, reason=str(exc)) from None
+
+    async def _verified_by(
+        self, issuer: TrustedIssuer, header: dict[str, Any], token: str
+    ) -> VerifiedToken:
         alg = header.get("alg")
         if alg not in issuer.algorithms:
             raise TokenRejected("algorithm not allowed for this issuer")
@@ -209,12 +230,14 @@ class TokenVerifier:
     async def _issuer_of(self, unverified: dict[str, Any]) -> TrustedIssuer:
         iss = unverified.get("iss")
         # Only a string names an issuer; a list or object `iss` is unhashable and never trusted.
-        if not isinstance(iss, str):
+        # Nor one the database cannot take (a lone surrogate, a NUL): no issuer is registered
+        # with it, and looking it up answered 500 (red-team F4).
+        if not isinstance(iss, str) or not storable(iss):
             raise TokenRejected("untrusted issuer")
         issuer = self._issuers.get(iss)
         if issuer is None and self._directory is not None:
             audience = _single_audience(unverified.get("aud"))
-            if audience is not None:
+            if audience is not None and storable(audience):
                 issuer = await self._directory.find(iss, audience)
         if issuer is None:
             raise TokenRejected("untrusted issuer")
@@ -245,6 +268,16 @@ def _exactly_our_audience(aud: object, expected: str) -> bool:
     forms). joserfc accepts any list that contains it, but a token also meant for another API
     could be replayed here by that API, so a second audience refuses the token."""
     return aud in (expected, [expected])
+
+
+def storable(text: str) -> bool:
+    """Whether `text` can be a query parameter: UTF-8 encodable (no lone surrogate) and no NUL,
+    which PostgreSQL text refuses. Token claims are JSON, where both are legal escapes."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return "\x00" not in text
 
 
 def _single_audience(aud: object) -> str | None:
@@ -286,14 +319,17 @@ def _tenant_of(issuer: TrustedIssuer, claims: dict[str, Any]) -> uuid.UUID:
 def _to_verified(issuer: TrustedIssuer, claims: dict[str, Any]) -> VerifiedToken:
     tenant_id = _tenant_of(issuer, claims)
     subject = claims.get(issuer.subject_claim)
-    if not isinstance(subject, str) or not subject:
+    if not isinstance(subject, str) or not subject or not storable(subject):
         raise TokenRejected("token carries no subject")
+    client_id = str(claims.get(issuer.client_id_claim) or claims.get("azp") or "")
+    if not storable(client_id):
+        raise TokenRejected("token carries no usable client id")
     act = claims.get("act")
     return VerifiedToken(
         issuer=issuer,
         tenant_id=tenant_id,
         subject=subject,
-        client_id=str(claims.get(issuer.client_id_claim) or claims.get("azp") or ""),
+        client_id=client_id,
         scopes=parse_scopes(claims.get(issuer.scope_claim, claims.get("scp"))),
         token_id=str(claims.get("jti") or claims.get("uti") or ""),
         act=act if isinstance(act, dict) else None,

@@ -513,12 +513,15 @@ class Delegation(Base):
 class TenantIssuer(Base):
     """An external identity provider a tenant registered for its own users and agents. The pair
     (issuer, audience) is unique across the platform: a token's `iss` and `aud` select exactly
-    one tenant, whatever the token's claims say."""
+    one tenant, whatever the token's claims say; and a tenant registers an `iss` once."""
 
     __tablename__ = "tenant_issuers"
     __table_args__ = (
         PrimaryKeyConstraint("tenant_id", "id"),
         UniqueConstraint("issuer", "audience"),
+        # One registration per `iss` in a tenant: principals map to an issuer by `iss` alone,
+        # so a second one (its own JWKS) would speak for the first one's principals.
+        UniqueConstraint("tenant_id", "issuer"),
         ForeignKeyConstraint(["tenant_id"], ["tenants.tenant_id"], ondelete="CASCADE"),
     )
 

@@ -106,7 +106,7 @@ def handle_exception(request: Request[Any, Any, Any], exc: Exception) -> Respons
     problem = to_problem(exc)
     call = find_call(request.scope)
     if call is not None:
-        call.facts.reason = problem.slug
+        call.facts.reason = problem.audit_reason()
     if problem.status >= 500 and not isinstance(exc, Problem):
         # Exception type only: messages of driver errors can carry SQL and values.
         _log.error("unhandled_error", error_type=type(exc).__name__)

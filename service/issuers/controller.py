@@ -38,8 +38,9 @@ class IssuerController(Controller):
     async def create_issuer(
         self, request: AuthedRequest, data: JSONBody[IssuerCreate], call: CallDep
     ) -> IssuerOut:
-        """Register your IdP: tokens carrying its `iss` and this `aud`, signed by a key of its
-        JWKS, belong to your tenant from the next request, for principals mapped to it."""
+        """Register your IdP (once per `iss`): tokens carrying its `iss` and this `aud`, signed
+        by a key of its JWKS, belong to your tenant from the next request, for principals mapped
+        to it. An `iss` principals are already mapped to needs `manage:tenant` too (403)."""
         return await _service(request, call).create(data)
 
     @get("/", **route(ops.ISSUER_LIST))
@@ -59,5 +60,6 @@ class IssuerController(Controller):
         self, request: AuthedRequest, issuer_id: FromPath[str], call: CallDep
     ) -> None:
         """Delete an external identity provider: its tokens are refused from the next
-        request. Not the one your last working policy admin logs in with (409)."""
+        request. Not the one your last working policy admin logs in with (409); one principals
+        are mapped to needs `manage:tenant` too, every admin scope for an admin's (403)."""
         await _service(request, call).delete(parse_id(issuer_id))

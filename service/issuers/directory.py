@@ -24,7 +24,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from service.auth.tokens import CachedKeySet, TokenRejected, TrustedIssuer
+from service.auth.tokens import CachedKeySet, TokenRejected, TrustedIssuer, storable
 from service.issuers.jwks import guarded_jwks_fetcher
 
 _LOOKUP = text(
@@ -67,6 +67,8 @@ class TenantIssuerDirectory:
     async def find(self, issuer: str, audience: str) -> TrustedIssuer | None:
         if len(issuer) > MAX_CLAIM_CHARS or len(audience) > MAX_CLAIM_CHARS:
             return None  # longer than anything registration accepts
+        if not (storable(issuer) and storable(audience)):
+            return None  # nothing registered holds a NUL or a lone surrogate
         key = (issuer, audience)
         cached = self._found.get(key)
         if cached is not None and time.monotonic() < cached[0]:

@@ -11,7 +11,8 @@ class IssuerNotFound(Problem, slug="issuer-not-found", status=404, title="Issuer
 
 class IssuerTaken(Problem, slug="issuer-taken", status=409, title="Issuer already registered"):
     """This (issuer, audience) pair is registered already: in your tenant or in another one,
-    the answer is the same (GET /v1/issuers lists yours)."""
+    the answer is the same (GET /v1/issuers lists yours). Or your tenant registered this issuer
+    with another audience: a tenant registers an issuer once (the detail names it)."""
 
 
 class IssuerReserved(Problem, slug="issuer-reserved", status=422, title="Issuer reserved"):

@@ -6,6 +6,11 @@ tokens always belong to the registering tenant (service/auth/tokens.py), the (is
 pair that selects it is unique across the platform (a second registration of it is refused
 with the same answer whoever holds it), and memgate's own issuer and the operator's issuers,
 whose tokens name their tenant in a claim, cannot be registered at all.
+
+Within a tenant, an issuer's tokens act as every principal mapped to its `iss`, so a tenant
+registers an `iss` once, and registering or deleting one that principals are mapped to takes the
+ceilings of handing out their credentials (red-team pass on tenant issuers, F1): `manage:tenant`,
+and every admin scope when one of them is an admin.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.auth.principal import Principal as Caller
+from service.auth.scopes import ADMIN_SCOPES, Scope
 from service.calls import Facts
 from service.db.base import uuid7
 from service.db.models import TenantIssuer
@@ -29,9 +35,10 @@ from service.issuers.problems import (
     IssuerTaken,
 )
 from service.issuers.schemas import IssuerCreate, IssuerOut
-from service.policy.powers import working_auditors, working_policy_admins
+from service.policy.powers import mapped_to_issuer, working_auditors, working_policy_admins
 from service.policy.problems import LastRoleHolder
 from service.policy.service import PolicyService
+from service.problems import InsufficientScope
 
 MAX_ISSUERS_PER_TENANT = 10
 """Bounds what one tenant adds to every worker's caches and key fetches."""
@@ -65,6 +72,8 @@ class IssuerService:
     async def create(self, data: IssuerCreate) -> IssuerOut:
         self._validate(data)
         await self._policy().lock_and_recheck()
+        await self._refuse_second_registration(data)
+        await self._require_may_speak_for(data.issuer)
         count = await self._session.scalar(
             select(func.count())
             .select_from(TenantIssuer)
@@ -94,12 +103,7 @@ class IssuerService:
         except IntegrityError:
             # The same answer whether your tenant or another one holds the pair: telling them
             # apart would tell you which IdPs and audiences other tenants use.
-            raise IssuerTaken(
-                "This issuer and audience are registered already, so a token carrying them "
-                "could not tell which tenant it is for. If it is yours, GET /v1/issuers lists "
-                "it; otherwise ask your IdP for an audience of your own (e.g. one naming your "
-                "organisation) and register that. Nothing was changed."
-            ) from None
+            raise _taken() from None
         await self._session.refresh(row)
         self._facts.add_targets([row.id])
         return _out(row)
@@ -126,16 +130,18 @@ class IssuerService:
         working policy admin or auditor logs in (nobody could manage the tenant, or read its
         audit log, any more)."""
         await self._policy().lock_and_recheck()
+        row = await self._session.get(TenantIssuer, (self._tenant_id, issuer_id))
+        if row is None:
+            raise _not_found(issuer_id)
+        await self._require_may_speak_for(row.issuer)
         had_auditors = await working_auditors(
             self._session, self._tenant_id, self._operator_issuers
         )
-        deleted = await self._session.execute(
-            delete(TenantIssuer)
-            .where(TenantIssuer.tenant_id == self._tenant_id, TenantIssuer.id == issuer_id)
-            .returning(TenantIssuer.id)
+        await self._session.execute(
+            delete(TenantIssuer).where(
+                TenantIssuer.tenant_id == self._tenant_id, TenantIssuer.id == issuer_id
+            )
         )
-        if deleted.one_or_none() is None:
-            raise _not_found(issuer_id)
         if not await working_policy_admins(self._session, self._tenant_id, self._operator_issuers):
             raise LastRoleHolder(
                 "Your tenant's last working policy admin logs in through this issuer: deleting "
@@ -151,6 +157,54 @@ class IssuerService:
                 "another auditor an admin client with read:audit first."
             )
         self._facts.add_targets([issuer_id])
+
+    async def _refuse_second_registration(self, data: IssuerCreate) -> None:
+        """One registration per `iss` in a tenant: principals map to an issuer by `iss` alone,
+        so a second one (another audience, its own JWKS) would speak for the first one's
+        principals. The exact pair answers as when another tenant holds it."""
+        held = await self._session.scalar(
+            select(TenantIssuer).where(
+                TenantIssuer.tenant_id == self._tenant_id, TenantIssuer.issuer == data.issuer
+            )
+        )
+        if held is None:
+            return
+        if held.audience == data.audience:
+            raise _taken()
+        raise IssuerTaken(
+            f"Your tenant registered this issuer already (issuer {held.id}, with another "
+            "audience), and a tenant registers an issuer once: principals are mapped to it by "
+            "its iss, so a second registration with keys of its own would act as them. To "
+            f"change the audience, DELETE /v1/issuers/{held.id} first, then register it "
+            "again. Nothing was changed."
+        )
+
+    async def _require_may_speak_for(self, issuer: str) -> None:
+        """Whoever holds the keys of `issuer`'s registration acts as every principal mapped to
+        it, so registering or deleting it takes the ceilings of handing out their credentials:
+        `manage:tenant` (like a client acting as another principal), and every admin scope when
+        one of them is an admin (an approved mapping, or a policy admin or auditor), the
+        ceiling of the approval itself. Nobody hands out, or takes away, more than they have."""
+        mapped, admin = await mapped_to_issuer(self._session, self._tenant_id, issuer)
+        if not mapped:
+            return
+        scopes = self._caller.scopes
+        if Scope.MANAGE_TENANT not in scopes:
+            raise InsufficientScope(
+                f"{mapped} principal(s) of your tenant are mapped to this issuer: whoever holds "
+                "its keys acts as them and reads their memories, so registering or deleting it "
+                f"needs '{Scope.MANAGE_TENANT}' as well. Nothing was changed.",
+                required_scope=str(Scope.MANAGE_TENANT),
+            )
+        lacking = ADMIN_SCOPES - scopes
+        if admin and lacking:
+            raise InsufficientScope(
+                "An admin of your tenant (an approved external admin, a policy admin or an "
+                "auditor) is mapped to this issuer, so registering or deleting it needs every "
+                "admin scope, as approving the mapping does; your token lacks "
+                f"{', '.join(sorted(lacking))}. Nothing was changed.",
+                required_scope=sorted(lacking)[0],
+            )
 
     def _policy(self) -> PolicyService:
         return PolicyService(
@@ -175,6 +229,15 @@ class IssuerService:
                 f"algorithms may hold only {', '.join(ALGORITHMS)} (asymmetric signatures "
                 f"memgate verifies); not {', '.join(unknown)}. Nothing was changed."
             )
+
+
+def _taken() -> IssuerTaken:
+    return IssuerTaken(
+        "This issuer and audience are registered already, so a token carrying them "
+        "could not tell which tenant it is for. If it is yours, GET /v1/issuers lists "
+        "it; otherwise ask your IdP for an audience of your own (e.g. one naming your "
+        "organisation) and register that. Nothing was changed."
+    )
 
 
 def _not_found(issuer_id: uuid.UUID) -> IssuerNotFound:

@@ -93,6 +93,9 @@ _WORKING_ROLE_HOLDERS = text(
             )
          OR (
             p.external_subject IS NOT NULL
+            -- The registration that verifies this mapping's tokens: a tenant registers an
+            -- `iss` once (uq_tenant_issuers_tenant_id_issuer), so no decoy of the same `iss`
+            -- with another audience can keep a mapping "working" (red-team F2).
             AND (p.external_issuer = ANY(CAST(:issuers AS text[]))
                  OR EXISTS (SELECT 1 FROM tenant_issuers i
                              WHERE i.tenant_id = p.tenant_id AND i.issuer = p.external_issuer))
@@ -145,3 +148,39 @@ async def working_auditors(
     return await _working_role_holders(
         session, tenant_id, trusted_issuers, AUDITOR, Scope.READ_AUDIT
     )
+
+
+# Who an issuer's tokens would speak for: the tenant's principals mapped to that `iss` (disabled
+# ones too, they can be enabled again), and whether any of them is an admin (its mapping
+# approved, or reaching role:policy_admin or role:auditor). One registration per `iss` in a
+# tenant, so these are exactly the principals of the registration that verifies that `iss`.
+_MAPPED_TO_ISSUER = text(
+    """
+    SELECT count(*) AS mapped,
+           coalesce(bool_or(
+               EXISTS (SELECT 1 FROM casbin_rule a
+                        WHERE a.tenant_id = p.tenant_id AND a.ptype = 'g'
+                          AND a.v0 = p.kind || ':' || p.id::text AND a.v1 = :approval)
+            OR EXISTS (SELECT 1 FROM principal_roles r
+                        WHERE r.tenant_id = p.tenant_id AND r.principal_id = p.id
+                          AND r.role = ANY(CAST(:roles AS text[])))
+           ), false) AS admin
+      FROM principals p
+     WHERE p.tenant_id = :tenant AND p.external_issuer = :issuer
+    """
+)
+
+
+async def mapped_to_issuer(
+    session: AsyncSession, tenant_id: uuid.UUID, issuer: str
+) -> tuple[int, bool]:
+    """(how many principals of the tenant are mapped to `issuer`, whether one is an admin):
+    whoever holds the keys of that issuer's registration acts as them."""
+    params = {
+        "tenant": tenant_id,
+        "issuer": issuer,
+        "approval": EXTERNAL_ADMIN,
+        "roles": [POLICY_ADMIN, AUDITOR],
+    }
+    row = (await session.execute(_MAPPED_TO_ISSUER, params)).one()
+    return int(row.mapped), bool(row.admin)

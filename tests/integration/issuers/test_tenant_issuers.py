@@ -374,7 +374,10 @@ async def test_the_issuer_of_the_last_working_admin_is_not_deleted(
         f"/v1/clients/{acme.admin.client_id}/disable", headers=acme.admin.headers
     )
     assert disabled.status_code == 200, disabled.text
-    token = idp_a.token(AUD_A, "idp-admin", scope="manage:policy read:memory")
+    # Every admin scope: deleting the issuer an approved admin is mapped to takes all of them
+    # (red-team F1), so the last-admin rule is what refuses here.
+    every = "manage:erasure manage:policy manage:tenant read:audit run:jobs read:memory"
+    token = idp_a.token(AUD_A, "idp-admin", scope=every)
     headers = {"Authorization": f"Bearer {token}"}
     refused = await acme.http.delete(f"/v1/issuers/{created['id']}", headers=headers)
     assert_problem(refused, 409, "last-role-holder")

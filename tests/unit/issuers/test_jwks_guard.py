@@ -3,7 +3,9 @@ real HTTP server on loopback (allowed only with the operator's loopback setting)
 
 from __future__ import annotations
 
+import asyncio
 import json
+import socket
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -27,7 +29,7 @@ def server() -> Iterator[str]:
                 return
             body = b'{"keys": []}' if self.path == "/jwks" else b" " * BIG
             if self.path == "/host":
-                body = json.dumps({"host": self.headers["Host"]}).encode()
+                body = json.dumps({"keys": [], "host": self.headers["Host"]}).encode()
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.end_headers()
@@ -92,8 +94,56 @@ async def test_fetches_with_the_hostname_and_refuses_redirects_and_big_bodies(
     assert fetched == {"keys": []}
     named = server.replace("127.0.0.1", "localhost")
     host = await guarded_jwks_fetcher(f"{named}/host", timeout=1.0, allow_loopback=True)()
-    assert host == {"host": named.removeprefix("http://")}
+    assert host == {"keys": [], "host": named.removeprefix("http://")}
     with pytest.raises(ValueError, match="302"):
         await guarded_jwks_fetcher(f"{server}/redirect", timeout=1.0, allow_loopback=True)()
     with pytest.raises(ValueError, match="too large"):
         await guarded_jwks_fetcher(f"{server}/big", timeout=1.0, allow_loopback=True)()
+
+
+# Red-team F5: IPv6 forms that carry an inward IPv4 address (or point inward themselves).
+INWARD_IPV6 = [
+    "64:ff9b::a9fe:a9fe",  # NAT64 of 169.254.169.254
+    "64:ff9b::a00:7",  # NAT64 of 10.0.0.7
+    "64:ff9b:1::a00:7",  # local-use NAT64 (RFC 8215)
+    "::ffff:0:a00:7",  # SIIT-translated 10.0.0.7
+    "2002:a00:7::",  # 6to4 of 10.0.0.7
+    "2002:7f00:1::1",  # 6to4 of 127.0.0.1
+    "::7f00:1",  # IPv4-compatible 127.0.0.1
+    "::a00:7",  # IPv4-compatible 10.0.0.7
+    "fec0::1",  # site-local
+    "2001:0:4136:e378:8000:63bf:3fff:fdd2",  # Teredo: the client address is hidden
+]
+
+
+@pytest.mark.parametrize("address", INWARD_IPV6)
+def test_ipv6_forms_pointing_inward_are_refused_as_literals(address: str) -> None:
+    with pytest.raises(UrlRefused):
+        check_url(f"https://[{address}]/keys", allow_loopback=False)
+
+
+@pytest.mark.parametrize("address", INWARD_IPV6)
+async def test_ipv6_forms_pointing_inward_are_refused_in_dns_answers(
+    address: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A public name whose AAAA answer is such a form is refused before any connection."""
+
+    async def answer(host: str, port: int, **_: Any) -> list[tuple[Any, ...]]:
+        return [(socket.AF_INET6, socket.SOCK_STREAM, 6, "", (address, port, 0, 0))]
+
+    monkeypatch.setattr(asyncio.get_running_loop(), "getaddrinfo", answer)
+    fetch = guarded_jwks_fetcher("https://jwks.example.com/keys", timeout=1.0, allow_loopback=False)
+    with pytest.raises(ValueError, match="not public"):
+        await fetch()
+
+
+@pytest.mark.parametrize(
+    "address",
+    [
+        "64:ff9b::808:808",  # NAT64 of 8.8.8.8
+        "2002:808:808::1",  # 6to4 of 8.8.8.8
+        "2606:4700:4700::1111",  # plain global IPv6
+    ],
+)
+def test_ipv6_forms_of_public_addresses_stay_allowed(address: str) -> None:
+    assert check_url(f"https://[{address}]/keys", allow_loopback=False).hostname == address
