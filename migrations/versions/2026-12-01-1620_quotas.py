@@ -71,8 +71,8 @@ CREATE TABLE quota_slots (
 CREATE TABLE tenant_usage (
     tenant_id uuid NOT NULL,
     stripe smallint NOT NULL,
-    live_count bigint NOT NULL,
-    live_bytes bigint NOT NULL,
+    stored_count bigint NOT NULL,
+    stored_bytes bigint NOT NULL,
     CONSTRAINT pk_tenant_usage PRIMARY KEY (tenant_id, stripe),
     CONSTRAINT fk_tenant_usage_tenant_id_tenants FOREIGN KEY (tenant_id)
         REFERENCES tenants (tenant_id) ON DELETE CASCADE
@@ -80,34 +80,39 @@ CREATE TABLE tenant_usage (
 GRANT SELECT, INSERT, UPDATE, DELETE ON {", ".join(TABLES)} TO {APP_ROLE};
 """
 
-# Live = neither superseded nor revoked (service/db/models.py LIVE_ROW). The stripe is the
-# writing backend's: one transaction touches one counter row, and two connections writing at
-# once usually touch two.
+# Stored = every row the tenant keeps: superseded and revoked versions are storage until they
+# are erased or swept (counting live rows only let a tenant at its cap write the same key again
+# and again: red-team finding). Bytes = what callers chose to store in the row: subject, key,
+# value, source and metadata (metadata was not counted either). The stripe is the writing
+# backend's: one transaction touches one counter row, and two connections writing at once
+# usually touch two.
 COUNTER = f"""
+CREATE FUNCTION memgate_stored_bytes(m memories) RETURNS bigint LANGUAGE sql IMMUTABLE AS $$
+    SELECT octet_length(m.subject) + octet_length(m.key) + octet_length(m.value)
+         + coalesce(octet_length(m.source), 0) + octet_length(m.metadata::text)
+$$;
 CREATE FUNCTION memgate_count_usage() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
     d_rows bigint := 0;
     d_bytes bigint := 0;
     t uuid;
 BEGIN
-    IF TG_OP IN ('UPDATE', 'DELETE') AND OLD.superseded_at IS NULL AND OLD.revoked_at IS NULL
-    THEN
+    IF TG_OP IN ('UPDATE', 'DELETE') THEN
         d_rows := d_rows - 1;
-        d_bytes := d_bytes - octet_length(OLD.value);
+        d_bytes := d_bytes - memgate_stored_bytes(OLD);
         t := OLD.tenant_id;
     END IF;
-    IF TG_OP IN ('INSERT', 'UPDATE') AND NEW.superseded_at IS NULL AND NEW.revoked_at IS NULL
-    THEN
+    IF TG_OP IN ('INSERT', 'UPDATE') THEN
         d_rows := d_rows + 1;
-        d_bytes := d_bytes + octet_length(NEW.value);
+        d_bytes := d_bytes + memgate_stored_bytes(NEW);
         t := NEW.tenant_id;
     END IF;
     IF d_rows <> 0 OR d_bytes <> 0 THEN
-        INSERT INTO tenant_usage AS u (tenant_id, stripe, live_count, live_bytes)
+        INSERT INTO tenant_usage AS u (tenant_id, stripe, stored_count, stored_bytes)
         VALUES (t, pg_backend_pid() % {STRIPES}, d_rows, d_bytes)
         ON CONFLICT (tenant_id, stripe) DO UPDATE
-           SET live_count = u.live_count + EXCLUDED.live_count,
-               live_bytes = u.live_bytes + EXCLUDED.live_bytes;
+           SET stored_count = u.stored_count + EXCLUDED.stored_count,
+               stored_bytes = u.stored_bytes + EXCLUDED.stored_bytes;
     END IF;
     RETURN NULL;
 END
@@ -120,10 +125,10 @@ CREATE TRIGGER memories_usage AFTER INSERT OR UPDATE OR DELETE ON memories
 # transaction lets the one count see every tenant's rows (nobody else sees the gap).
 BACKFILL = """
 ALTER TABLE memories NO FORCE ROW LEVEL SECURITY;
-INSERT INTO tenant_usage (tenant_id, stripe, live_count, live_bytes)
-SELECT tenant_id, 0, count(*), coalesce(sum(octet_length(value)), 0)
-  FROM memories WHERE superseded_at IS NULL AND revoked_at IS NULL
- GROUP BY tenant_id;
+INSERT INTO tenant_usage (tenant_id, stripe, stored_count, stored_bytes)
+SELECT m.tenant_id, 0, count(*), coalesce(sum(memgate_stored_bytes(m)), 0)
+  FROM memories m
+ GROUP BY m.tenant_id;
 ALTER TABLE memories FORCE ROW LEVEL SECURITY;
 """
 
@@ -145,5 +150,6 @@ def downgrade() -> None:
     op.execute("SET LOCAL lock_timeout = '5s'")
     op.execute("DROP TRIGGER memories_usage ON memories")
     op.execute("DROP FUNCTION memgate_count_usage()")
+    op.execute("DROP FUNCTION memgate_stored_bytes(memories)")
     for table in reversed(TABLES):
         op.execute(f"DROP TABLE {table}")

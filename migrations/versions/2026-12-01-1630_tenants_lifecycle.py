@@ -136,6 +136,14 @@ BEGIN
     removed := removed + n;
     DELETE FROM principals WHERE tenant_id = p_tenant; GET DIAGNOSTICS n = ROW_COUNT;
     removed := removed + n;
+    -- The tenant's configuration goes too: its IdP registrations (a pair it held would stay
+    -- taken for ever) and its quotas' rows (after the memories, whose trigger counts usage).
+    DELETE FROM tenant_issuers WHERE tenant_id = p_tenant; GET DIAGNOSTICS n = ROW_COUNT;
+    removed := removed + n;
+    DELETE FROM tenant_limits WHERE tenant_id = p_tenant;
+    DELETE FROM quota_buckets WHERE tenant_id = p_tenant;
+    DELETE FROM quota_slots WHERE tenant_id = p_tenant;
+    DELETE FROM tenant_usage WHERE tenant_id = p_tenant;
     UPDATE tenants SET retired_at = now(), updated_at = now(), settings = '{{}}'::jsonb
      WHERE tenant_id = p_tenant;
     RETURN removed;

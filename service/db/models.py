@@ -588,7 +588,8 @@ class QuotaSlot(Base):
 
 
 class TenantUsage(Base):
-    """Live memories and their bytes, one stripe of a tenant's count (kept by a trigger)."""
+    """Stored memories (every version) and their bytes, one stripe of a tenant's count (kept
+    by a trigger)."""
 
     __tablename__ = "tenant_usage"
     __table_args__ = (
@@ -599,5 +600,5 @@ class TenantUsage(Base):
     tenant_id: Mapped[uuid.UUID] = mapped_column(UUID)
     stripe: Mapped[int] = mapped_column(SmallInteger)
     # Not named `memories`: the test harness takes that word after FROM-like syntax for the table.
-    live_count: Mapped[int] = mapped_column(BigInteger, nullable=False)
-    live_bytes: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    stored_count: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    stored_bytes: Mapped[int] = mapped_column(BigInteger, nullable=False)

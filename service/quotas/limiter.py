@@ -281,14 +281,14 @@ class Quotas:
 
     async def check_storage(self, session: AsyncSession, tenant_id: uuid.UUID) -> None:
         """After a write, in its transaction: refuse it (raise; the call rolls back) if the
-        tenant now holds more live memories or bytes than its quota."""
+        tenant now stores more memories (every version) or bytes than its quota."""
         tenant = (await self.limits(tenant_id)).tenant
         if tenant.max_memories is None and tenant.max_bytes is None:
             return
         memories, size = await counted_usage(session, tenant_id)
         for policy, quota, used, unit in (
             ("tenant-memories", tenant.max_memories, memories, "memories"),
-            ("tenant-bytes", tenant.max_bytes, size, "bytes of memory values"),
+            ("tenant-bytes", tenant.max_bytes, size, "bytes of stored memories"),
         ):
             if quota is not None and used > quota:
                 bitten = Bitten(policy, quota, None, 60.0, f"{quota} {unit}")

@@ -9,6 +9,9 @@ from dataclasses import dataclass
 
 from service.problems import Problem
 
+MAX_RETRY_SECONDS = 86_400
+"""The longest `Retry-After` answered (a day); the slowest rate refills faster than that."""
+
 
 @dataclass(frozen=True)
 class Bitten:
@@ -27,7 +30,8 @@ class Bitten:
 
     @property
     def retry_seconds(self) -> int:
-        return max(1, math.ceil(self.retry_after))
+        # Bounded: a header value a client can parse, whatever a limit's arithmetic says.
+        return min(MAX_RETRY_SECONDS, max(1, math.ceil(self.retry_after)))
 
     def headers(self) -> dict[str, str]:
         policy = f'"{self.policy}";q={self.quota}'

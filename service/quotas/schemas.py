@@ -7,8 +7,13 @@ from typing import Annotated
 
 import msgspec
 
-Rate = Annotated[float, msgspec.Meta(gt=0, le=100_000)]
-"""Per second: more than zero (a limit of "nothing" is disabling the tenant, not a quota)."""
+MIN_RATE = 0.0001
+"""The slowest rate: one per 10,000 s (about 2.8 h). Below it a window outgrows any header a
+client reads (RFC 8941 integers have at most 15 digits) and the shared bucket's arithmetic
+leaves the range PostgreSQL stores (a subnormal double was refused there: red-team finding);
+a limit of "nothing" is disabling the tenant, not a quota."""
+Rate = Annotated[float, msgspec.Meta(ge=MIN_RATE, le=100_000)]
+"""Per second, from `MIN_RATE` to 100,000."""
 Burst = Annotated[int, msgspec.Meta(ge=1, le=1_000_000)]
 
 
@@ -27,9 +32,11 @@ class Limits(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, omit_defa
     embedding_calls_per_minute: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] | None = None
     """Token bucket on the embedder's calls (a memory write or a search each make one)."""
     max_memories: Annotated[int, msgspec.Meta(ge=0, le=10**12)] | None = None
-    """Live memories (neither superseded nor revoked) the tenant may hold."""
+    """Memories the tenant may store, every version counted: superseded and revoked versions
+    are storage until they are erased or swept (a new version of a key at the cap is refused;
+    forget old ones to make room)."""
     max_bytes: Annotated[int, msgspec.Meta(ge=0, le=10**15)] | None = None
-    """UTF-8 bytes of the values of those memories."""
+    """UTF-8 bytes of what those rows store: subject, key, value, source and metadata."""
 
     def problems(self, *, for_client: bool) -> list[dict[str, str]]:
         """What is inconsistent (a burst without its rate; a tenant-only limit on a client)."""

@@ -99,7 +99,7 @@ async def all_limits_of(session: AsyncSession, tenant_id: uuid.UUID) -> dict[str
 
 
 async def usage_of(session: AsyncSession, tenant_id: uuid.UUID) -> tuple[int, int]:
-    """(live memories, bytes of their values) the tenant holds, for the platform admin."""
+    """(stored memories, their bytes) the tenant holds, for the platform admin."""
     async with _naming(session, tenant_id):
         return await counted_usage(session, tenant_id)
 
@@ -110,8 +110,8 @@ async def counted_usage(session: AsyncSession, tenant_id: uuid.UUID) -> tuple[in
     row = (
         await session.execute(
             select(
-                func.coalesce(func.sum(TenantUsage.live_count), 0),
-                func.coalesce(func.sum(TenantUsage.live_bytes), 0),
+                func.coalesce(func.sum(TenantUsage.stored_count), 0),
+                func.coalesce(func.sum(TenantUsage.stored_bytes), 0),
             ).where(TenantUsage.tenant_id == tenant_id)
         )
     ).one()

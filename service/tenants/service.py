@@ -193,13 +193,13 @@ class TenantService:
         counts = await self._counts(tenant_id)
         disabled = row.disabled_at is not None
         if confirm is None:
-            return self._plan(tenant_id, counts, disabled)
+            return self._plan(tenant_id, counts, row.disabled_at)
         if not disabled:
             raise TenantNotDisabled(
                 f"Disable the tenant first (POST /v1/tenants/{tenant_id}/disable), then ask "
                 "DELETE again for a fresh plan. Nothing was changed."
             )
-        if not self._confirmed(tenant_id, counts, confirm):
+        if not self._confirmed(tenant_id, counts, row.disabled_at, confirm):
             raise ConfirmationInvalid(
                 "The 'confirm' value is not this tenant's current plan: it expired, or what the "
                 "plan counted has changed. Ask DELETE without 'confirm' for a fresh plan. "
@@ -207,26 +207,40 @@ class TenantService:
             )
         removed = await self._session.scalar(_RETIRE, {"tenant": str(tenant_id)})
         self._facts.count(int(removed or 0))
-        plan = self._plan(tenant_id, counts, disabled)
+        plan = self._plan(tenant_id, counts, row.disabled_at)
         plan.confirm, plan.expires_at, plan.deleted = None, None, True
         return plan
 
-    def _plan(self, tenant_id: uuid.UUID, counts: DeletionCounts, disabled: bool) -> DeletionPlan:
+    def _plan(
+        self, tenant_id: uuid.UUID, counts: DeletionCounts, disabled_at: datetime | None
+    ) -> DeletionPlan:
+        disabled = disabled_at is not None
         expires = int(time.time()) + CONFIRM_SECONDS
         return DeletionPlan(
             tenant_id=tenant_id,
             disabled=disabled,
             removes=counts,
             keeps=list(KEEPS),
-            confirm=self._confirmation(tenant_id, counts, expires) if disabled else None,
+            confirm=self._confirmation(tenant_id, counts, disabled_at, expires)
+            if disabled
+            else None,
             expires_at=datetime.fromtimestamp(expires, UTC) if disabled else None,
         )
 
-    def _confirmation(self, tenant_id: uuid.UUID, counts: DeletionCounts, expires: int) -> str:
-        # Bound to the tenant, to what the plan counted (not the audit rows, which are kept)
-        # and to its expiry: a value is good for this plan only, for a few minutes.
+    def _confirmation(
+        self,
+        tenant_id: uuid.UUID,
+        counts: DeletionCounts,
+        disabled_at: datetime | None,
+        expires: int,
+    ) -> str:
+        # Bound to the tenant, to the disabling it was asked under (a value from before the
+        # tenant was enabled and disabled again must not carry out the later one: red-team
+        # finding), to what the plan counted (not the audit rows, which are kept) and to its
+        # expiry: a value is good for this plan only, for a few minutes.
         bound = [
             str(tenant_id),
+            disabled_at.isoformat() if disabled_at is not None else "",
             str(expires),
             *(str(n) for n in (counts.memories, counts.spaces, counts.principals)),
             *(str(n) for n in (counts.clients, counts.policy_rules)),
@@ -234,11 +248,17 @@ class TenantService:
         mac = hmac.new(self._key, "|".join(bound).encode(), hashlib.sha256).digest()
         return f"{expires}.{base64.urlsafe_b64encode(mac).decode().rstrip('=')}"
 
-    def _confirmed(self, tenant_id: uuid.UUID, counts: DeletionCounts, confirm: str) -> bool:
+    def _confirmed(
+        self,
+        tenant_id: uuid.UUID,
+        counts: DeletionCounts,
+        disabled_at: datetime | None,
+        confirm: str,
+    ) -> bool:
         expires_text, _, _ = confirm[:100].partition(".")
         if not expires_text.isdigit() or int(expires_text) < time.time():
             return False
-        expected = self._confirmation(tenant_id, counts, int(expires_text))
+        expected = self._confirmation(tenant_id, counts, disabled_at, int(expires_text))
         return hmac.compare_digest(expected.encode(), confirm[:100].encode())
 
     async def _counts(self, tenant_id: uuid.UUID) -> DeletionCounts:

@@ -22,6 +22,11 @@ def note(key: str, value: str = "Tuesday") -> dict[str, str]:
     return {"subject": "service:billing", "kind": "fact", "key": key, "value": value}
 
 
+def stored_bytes(key: str, value: str = "Tuesday") -> int:
+    """What a `note` row stores: subject, key, value and its (empty) metadata, as UTF-8."""
+    return len(b"service:billing") + len(key.encode()) + len(value.encode()) + len("{}")
+
+
 async def test_token_requests_are_limited_per_client_and_per_tenant(api: Api) -> None:
     alice = await api.new_agent("alice")
     carol = await api.new_agent("carol")
@@ -106,33 +111,46 @@ async def test_stored_memories_quota_refuses_the_write_and_writes_nothing(api: A
     ]
     listed = (await api.http.get("/v1/memories", headers=alice.headers)).json()["items"]
     assert sorted(m["key"] for m in listed) == ["a", "b"]
-    # A new version of a key replaces the live one: the live count stays 2, so it passes.
+    # A new version of a key is storage too (red-team finding: counting live rows only let a
+    # tenant at its cap write one key again and again): refused, nothing written.
     again = await api.http.post("/v1/memories", json=note("a", "Wednesday"), headers=alice.headers)
-    assert again.status_code == 201
+    assert_limited(again, "tenant-memories", 2)
+    assert await stored(api.runtime, api.tenant_id) == 2
     # Forgetting one makes room again.
-    gone = await api.http.delete(
-        f"/v1/memories/{again.json()['memory']['id']}", headers=alice.headers
-    )
+    first = next(m for m in listed if m["key"] == "a")
+    gone = await api.http.delete(f"/v1/memories/{first['id']}", headers=alice.headers)
     assert gone.status_code == 204
     assert (
         await api.http.post("/v1/memories", json=note("c"), headers=alice.headers)
     ).status_code == 201
     async with api.runtime.sessionmaker.begin() as session:
-        assert await usage_of(session, uuid.UUID(api.tenant_id)) == (2, len("Tuesday") * 2)
+        assert await usage_of(session, uuid.UUID(api.tenant_id)) == (
+            2,
+            stored_bytes("b") + stored_bytes("c"),
+        )
 
 
-async def test_stored_bytes_quota_counts_utf8_bytes_of_values(api: Api) -> None:
+async def test_stored_bytes_quota_counts_utf8_bytes_of_what_is_stored(api: Api) -> None:
     alice = await api.new_agent("alice")
     other = await api.other_tenant()
     bob = await other.new_agent("bob")
-    await limit(api.runtime, api.tenant_id, max_bytes=10)
+    cap = stored_bytes("a", "ééé")  # "é" is two bytes
+    await limit(api.runtime, api.tenant_id, max_bytes=cap)
     assert (
         await api.http.post("/v1/memories", json=note("a", "ééé"), headers=alice.headers)
     ).status_code == 201
-    refused = await api.http.post("/v1/memories", json=note("b", "1234x"), headers=alice.headers)
-    body = assert_limited(refused, "tenant-bytes", 10)
-    assert "would make 11" in body["detail"]
+    refused = await api.http.post("/v1/memories", json=note("b", "x"), headers=alice.headers)
+    body = assert_limited(refused, "tenant-bytes", cap)
+    assert f"would make {cap + stored_bytes('b', 'x')}" in body["detail"]
     assert await stored(api.runtime, api.tenant_id) == 1
+    # Metadata is stored too (red-team finding: a one-letter value with 15 KB of metadata
+    # passed a bytes quota).
+    async with api.runtime.sessionmaker.begin() as session:
+        await set_limits(session, uuid.UUID(api.tenant_id), Limits(max_bytes=cap + 100))
+    api.runtime.quotas.forget(uuid.UUID(api.tenant_id))
+    padded = note("b", "x") | {"metadata": {"pad": "y" * 200}}
+    heavy = await api.http.post("/v1/memories", json=padded, headers=alice.headers)
+    assert_limited(heavy, "tenant-bytes", cap + 100)
     # The neighbour's storage is its own.
     big = note("b", "x" * 100)
     assert (await other.http.post("/v1/memories", json=big, headers=bob.headers)).status_code == 201

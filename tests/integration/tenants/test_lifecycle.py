@@ -207,3 +207,77 @@ async def test_delete_plans_first_then_retires_keeping_the_audit_chain(api: Api)
     assert (
         await admin.http.get(f"/v1/tenants/{other.tenant_id}", headers=admin.admin.headers)
     ).status_code == 200
+
+
+async def test_a_confirmation_does_not_outlive_the_disabling_it_was_asked_under(
+    api: Api,
+) -> None:
+    """Red-team finding: a plan's value from before the tenant was enabled and disabled again
+    carried out the later deletion (its counts had not changed)."""
+    admin = await platform(api)
+    path = f"/v1/tenants/{api.tenant_id}"
+    await admin.http.post(f"{path}/disable", headers=admin.admin.headers)
+    old = (await admin.http.delete(path, headers=admin.admin.headers)).json()["confirm"]
+    await admin.http.post(f"{path}/enable", headers=admin.admin.headers)
+    await admin.http.post(f"{path}/disable", headers=admin.admin.headers)
+    replayed = await admin.http.delete(path, params={"confirm": old}, headers=admin.admin.headers)
+    assert_problem(replayed, 422, "deletion-confirmation-invalid")
+    assert (await admin.http.get(path, headers=admin.admin.headers)).status_code == 200
+
+
+async def test_a_retired_tenant_leaves_nothing_but_its_audit_chain_and_row(api: Api) -> None:
+    """Red-team finding: its IdP registrations (the pair stayed taken for ever) and its quota
+    rows outlived it. Every table with a tenant_id holds nothing of it afterwards but
+    `audit_events` (append-only) and its retired `tenants` row."""
+    admin = await platform(api)
+    agent = await api.new_agent("alice")
+    await api.remember(agent, key="a", value="one")
+    pair = {"issuer": "https://login.acme.example/realms/acme", "audience": "memgate-acme"}
+    registered = await api.http.post(
+        "/v1/issuers",
+        json={**pair, "jwks_url": "https://login.acme.example/realms/acme/certs"},
+        headers=api.admin.headers,
+    )
+    assert registered.status_code == 201, registered.text
+    path = f"/v1/tenants/{api.tenant_id}"
+    limited = await admin.http.put(
+        f"{path}/limits", json={"requests_per_second": 50}, headers=admin.admin.headers
+    )
+    assert limited.status_code == 200, limited.text
+    await admin.http.post(f"{path}/disable", headers=admin.admin.headers)
+    plan = (await admin.http.delete(path, headers=admin.admin.headers)).json()
+    done = await admin.http.delete(
+        path, params={"confirm": plan["confirm"]}, headers=admin.admin.headers
+    )
+    assert done.status_code == 200, done.text
+    async with as_owner(api.runtime) as conn:
+        tables = (
+            (
+                await conn.exec_driver_sql(
+                    "SELECT DISTINCT c.table_name FROM information_schema.columns c"
+                    " JOIN information_schema.tables t USING (table_schema, table_name)"
+                    " WHERE c.column_name = 'tenant_id' AND c.table_schema = 'public'"
+                    " AND t.table_type = 'BASE TABLE'"
+                )
+            )
+            .scalars()
+            .all()
+        )
+        left = {}
+        for table in tables:
+            count = await conn.exec_driver_sql(
+                f"SELECT count(*) FROM {table} WHERE tenant_id = %(t)s",
+                {"t": uuid.UUID(api.tenant_id)},
+            )
+            if (n := count.scalar_one()) > 0:
+                left[table] = n
+    # The chain's own tables (rows, head, checkpoints, actor pseudonyms and their keys) stay.
+    assert {table for table in left if not table.startswith("audit_")} == {"tenants"}, left
+    # The pair is free again: another tenant may register it.
+    other = await api.other_tenant()
+    again = await other.http.post(
+        "/v1/issuers",
+        json={**pair, "jwks_url": "https://login.acme.example/realms/acme/certs"},
+        headers=other.admin.headers,
+    )
+    assert again.status_code == 201, again.text

@@ -37,7 +37,11 @@ async def test_limits_set_through_the_api_bite_and_show_the_usage(api: Api) -> N
     assert shown.json() == {
         "tenant": {"requests_per_second": 0.001, "request_burst": 2, "max_memories": 10},
         "clients": {},
-        "usage": {"memories": 1, "bytes": len(NOTE["value"])},
+        # What the row stores: subject, key, value and its empty metadata.
+        "usage": {
+            "memories": 1,
+            "bytes": sum(len(NOTE[f]) for f in ("subject", "key", "value")) + 2,
+        },
     }
     # An empty body removes them.
     cleared = await api.http.put(path, json={}, headers=admin.admin.headers)
@@ -95,9 +99,33 @@ async def test_a_tenant_admin_cannot_set_or_read_limits(api: Api) -> None:
 async def test_bad_limits_are_a_422_and_change_nothing(api: Api) -> None:
     admin = await platform(api)
     path = f"/v1/tenants/{api.tenant_id}/limits"
-    for body in ({"requests_per_second": -1}, {"request_burst": 3}, {"colour": "red"}):
+    for body in (
+        {"requests_per_second": -1},
+        # Red-team finding: a subnormal rate was stored, then every request failed with 422.
+        {"requests_per_second": 5e-324},
+        {"requests_per_second": 1e-300},
+        {"request_burst": 3},
+        {"colour": "red"},
+    ):
         refused = await api.http.put(path, json=body, headers=admin.admin.headers)
         assert refused.status_code == 422, refused.text
         assert refused.headers["content-type"].startswith("application/problem+json")
     shown = (await api.http.get(path, headers=admin.admin.headers)).json()
     assert shown["tenant"] == {}
+
+
+async def test_the_slowest_rate_answers_headers_a_client_can_read(api: Api) -> None:
+    """At the slowest rate allowed, the 429's fields stay short integers (RFC 8941: at most
+    15 digits) and `Retry-After` at most a day."""
+    admin = await platform(api)
+    alice = await api.new_agent("alice")
+    path = f"/v1/tenants/{api.tenant_id}/limits"
+    body = {"requests_per_second": 0.0001, "request_burst": 1}
+    assert (await api.http.put(path, json=body, headers=admin.admin.headers)).status_code == 200
+    assert (await api.http.get("/v1/memories", headers=alice.headers)).status_code == 200
+    refused = await api.http.get("/v1/memories", headers=alice.headers)
+    assert refused.status_code == 429, refused.text
+    assert 1 <= int(refused.headers["retry-after"]) <= 86_400
+    for name in ("ratelimit-policy", "ratelimit"):
+        numbers = [part.split("=")[1] for part in refused.headers[name].split(";")[1:]]
+        assert all(number.isdigit() and len(number) <= 15 for number in numbers), numbers
