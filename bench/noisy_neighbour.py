@@ -1,7 +1,7 @@
 """A noisy neighbour against a quiet tenant's latency, with and without the noisy one's limit.
 
     .venv/bin/python -m bench.noisy_neighbour [--reads 60] [--burst 2000] [--concurrency 16]
-                                              [--seconds 10]
+                                              [--seconds 10] [--offered 100]
 
 Starts its own embedded PostgreSQL (or uses DATABASE_URL), serves the real app with uvicorn on
 127.0.0.1 (a free port), and over real sockets measures tenant B's reads (`GET /v1/memories`,
@@ -13,7 +13,10 @@ one at a time) in four phases:
 3. A bursts, limited: for `--seconds`, tenant A sends requests `--concurrency` at once (at
    most `--burst` in all), far above its limit of 20 requests/s (burst 20); the rest are
    refused 429 at the entrance (after the token check, audited, before any work);
-4. A bursts, unlimited: the same with A's limit removed, for comparison.
+4. A bursts, unlimited: the same with A's limit removed, for comparison;
+5. and 6. the same two with an open-loop burst instead: A sends `--offered` requests a second
+   on a fixed schedule (five times its limit by default), whatever the answers, as a client
+   that does not wait for the one before (an answer later than twice `--seconds` is status 0).
 
 B reads for as long as A bursts. Prints B's p50/p95/max per phase, A's answers, and the
 limiter's statements (leases, slot claims). All bounded: at most `--burst` requests of A, each
@@ -98,7 +101,49 @@ async def _burst(
     return statuses
 
 
-async def run(url: str, reads: int, burst: int, concurrency: int, seconds: float) -> None:
+async def _offered(
+    base: str, headers: dict[str, str], rate: float, total: int, seconds: float
+) -> collections.Counter[int]:
+    """An open-loop burst: `rate` requests a second on a fixed schedule, whatever the answers
+    (a client that does not wait for the one before), at most `total`, for `seconds`. A request
+    that gets no answer within twice `seconds` counts as status 0."""
+    statuses: collections.Counter[int] = collections.Counter()
+    async with httpx.AsyncClient(
+        base_url=base, timeout=seconds * 2, limits=httpx.Limits(max_connections=None)
+    ) as http:
+
+        async def one() -> None:
+            try:
+                response = await http.get("/v1/memories", headers=headers)
+                statuses[response.status_code] += 1
+            except httpx.HTTPError:
+                statuses[0] += 1
+
+        tasks: list[asyncio.Task[None]] = []
+        start = time.monotonic()
+        for i in range(min(total, int(rate * seconds))):
+            delay = start + i / rate - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.create_task(one()))
+        await asyncio.gather(*tasks)
+    return statuses
+
+
+def _print_rows(
+    rows: list[tuple[str, str, str]], concurrency: int, seconds: float, offered: float
+) -> None:
+    print(
+        f"B's reads, one at a time; A: {concurrency} at once for {seconds:g} s, then "
+        f"{offered:g} requests/s on a fixed schedule (limit 20/s, burst 20)"
+    )
+    for name, summary, extra in rows:
+        print(f"{name:<26} {summary}  {extra}")
+
+
+async def run(
+    url: str, reads: int, burst: int, concurrency: int, seconds: float, offered: float
+) -> None:
     runtime = await new_runtime(url)
     port = _free_port()
     base = f"http://127.0.0.1:{port}"
@@ -116,7 +161,7 @@ async def run(url: str, reads: int, burst: int, concurrency: int, seconds: float
         lambda *args: statements.append(str(args[2])),
     )
     try:
-        async with httpx.AsyncClient(base_url=base, timeout=seconds) as http:
+        async with httpx.AsyncClient(base_url=base, timeout=seconds * 4) as http:
             noisy = await bearer(http, await agent_credentials(http, runtime))  # tenant A
             quiet = await bearer(http, await agent_credentials(http, runtime))  # tenant B
             tenant_a, tenant_b = _tenant_of(noisy), _tenant_of(quiet)
@@ -125,7 +170,7 @@ async def run(url: str, reads: int, burst: int, concurrency: int, seconds: float
             await _reads(http, quiet, 10, None)  # warm up
             rows: list[tuple[str, str, str]] = []
 
-            async def phase(name: str, noisy_limited: bool | None) -> None:
+            async def phase(name: str, noisy_limited: bool | None, open_loop: bool = False) -> None:
                 statements.clear()
                 if noisy_limited is None:
                     samples, _ = await _reads(http, quiet, reads, None)
@@ -136,7 +181,12 @@ async def run(url: str, reads: int, burst: int, concurrency: int, seconds: float
                 await _limit(runtime, tenant_a, limits if noisy_limited else Limits())
                 await asyncio.sleep(1.0)  # A's bucket full again
                 done = asyncio.Event()
-                task = asyncio.create_task(_burst(base, noisy, burst, concurrency, seconds))
+                load = (
+                    _offered(base, noisy, offered, burst, seconds)
+                    if open_loop
+                    else _burst(base, noisy, burst, concurrency, seconds)
+                )
+                task = asyncio.create_task(load)
                 task.add_done_callback(lambda _: done.set())
                 async with asyncio.timeout(seconds * 4):
                     samples, quiet_statuses = await _reads(http, quiet, reads, done)
@@ -156,11 +206,14 @@ async def run(url: str, reads: int, burst: int, concurrency: int, seconds: float
             await _limit(runtime, tenant_b, Limits(requests_per_second=1000, request_burst=1000))
             await phase("B limited (1000/s)", None)
             await _limit(runtime, tenant_b, Limits())
-            await phase("A bursts, limited", True)
-            await phase("A bursts, unlimited", False)
-            print(f"B's reads, one at a time; A: {concurrency} at once for {seconds:g} s")
-            for name, summary, extra in rows:
-                print(f"{name:<22} {summary}  {extra}")
+            for name, limited, open_loop in (
+                ("A bursts, limited", True, False),
+                ("A bursts, unlimited", False, False),
+                (f"A offers {offered:g}/s, limited", True, True),
+                (f"A offers {offered:g}/s, unlimited", False, True),
+            ):
+                await phase(name, limited, open_loop)
+            _print_rows(rows, concurrency, seconds, offered)
     finally:
         server.should_exit = True
         await serving
@@ -173,9 +226,12 @@ def main() -> None:
     parser.add_argument("--burst", type=int, default=2000, help="most requests of A per phase")
     parser.add_argument("--concurrency", type=int, default=16, help="A's requests at once")
     parser.add_argument("--seconds", type=float, default=10.0, help="length of a burst phase")
+    parser.add_argument(
+        "--offered", type=float, default=100.0, help="A's open-loop rate (requests/s)"
+    )
     args = parser.parse_args()
     with bench_database() as url:
-        asyncio.run(run(url, args.reads, args.burst, args.concurrency, args.seconds))
+        asyncio.run(run(url, args.reads, args.burst, args.concurrency, args.seconds, args.offered))
 
 
 if __name__ == "__main__":
