@@ -202,6 +202,15 @@ class Call:
         self._naming = ids
         await self.db.execute(select(*_naming_columns(ids, self.read_only)))
 
+    @asynccontextmanager
+    async def working_in(self, tenant_id: uuid.UUID) -> AsyncIterator[None]:
+        """`name_for(tenant_id)` for the block, the caller's own tenant again after it."""
+        await self.name_for(tenant_id)
+        try:
+            yield
+        finally:
+            await self.name_for(None)
+
     @property
     def authenticated(self) -> bool:
         return self.caller is not None and self.token is not None

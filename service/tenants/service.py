@@ -14,6 +14,7 @@ import hashlib
 import hmac
 import time
 import uuid
+from contextlib import AbstractAsyncContextManager
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -65,6 +66,9 @@ class PlatformCaller(Protocol):
 
     async def name_for(self, tenant_id: uuid.UUID | None) -> None:
         """Name `tenant_id` for what follows; None: the caller's own tenant again."""
+
+    def working_in(self, tenant_id: uuid.UUID) -> AbstractAsyncContextManager[None]:
+        """`name_for(tenant_id)` for a block, the caller's own tenant again after it."""
 
 
 class TenantService:
@@ -130,12 +134,9 @@ class TenantService:
 
     async def limits(self, tenant_id: uuid.UUID) -> TenantLimits:
         await self._row(tenant_id)
-        await self._caller.name_for(tenant_id)
-        try:
+        async with self._caller.working_in(tenant_id):
             every = await quotas.all_limits_of(self._session, tenant_id)
             memories, size = await quotas.counted_usage(self._session, tenant_id)
-        finally:
-            await self._caller.name_for(None)
         own = every.pop(quotas.TENANT_SCOPE, Limits())
         return TenantLimits(
             tenant=own, clients=every, usage=TenantUsage(memories=memories, bytes=size)
@@ -146,17 +147,13 @@ class TenantService:
     ) -> Limits:
         """Only the platform admin sets quotas: a tenant admin cannot raise its own."""
         await self._row(tenant_id)
-        if client_id is not None:
-            await self._caller.name_for(tenant_id)
-            try:
-                known = await self._session.get(Client, (tenant_id, client_id))
-            finally:
-                await self._caller.name_for(None)
-            if known is None:
-                raise ClientNotFound(f"No client {client_id} in tenant {tenant_id}.")
-            self._facts.add_targets([client_id])
-        scope = None if client_id is None else str(client_id)
-        return await quotas.set_limits(self._session, tenant_id, limits, scope)
+        async with self._caller.working_in(tenant_id):
+            if client_id is not None:
+                if await self._session.get(Client, (tenant_id, client_id)) is None:
+                    raise ClientNotFound(f"No client {client_id} in tenant {tenant_id}.")
+                self._facts.add_targets([client_id])
+            scope = None if client_id is None else str(client_id)
+            return await quotas.set_limits(self._session, tenant_id, limits, scope)
 
     async def update(self, tenant_id: uuid.UUID, data: TenantUpdate) -> TenantOut:
         row = await self._row(tenant_id, lock=True)
