@@ -27,7 +27,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
-from sqlalchemy import ColumnElement, event, func, literal_column, select, true
+from sqlalchemy import (
+    ColumnElement,
+    Select,
+    bindparam,
+    event,
+    func,
+    literal,
+    literal_column,
+    select,
+    true,
+)
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session, SessionTransaction
@@ -37,12 +47,14 @@ from service.audit.group_commit import GroupCommitUnconfirmed
 from service.audit.rows import PLATFORM_TENANT, RowSource, append_row
 from service.auth.principal import Principal
 from service.auth.resolver import (
+    EMBEDDED_LIVE,
+    TENANT_ENTRANCE,
     Claimed,
+    Entrance,
     claimed_caller,
     entrance_check,
     principal_from_check,
     resolve_principal,
-    tenant_entrance,
 )
 from service.auth.tokens import VerifiedToken
 from service.db.tenancy import name_tenant
@@ -164,30 +176,30 @@ class Call:
         principal mapped from an external subject is named afterwards, once it is known."""
         self.read_only = read_only
         claimed = claimed_caller(token)
-        check = entrance_check(token)
-        if check is not None:
-            principal = await self._enter_in_one_statement(token, claimed, check)
+        entrance = entrance_check(token)
+        if entrance is not None:
+            principal = await self._enter_in_one_statement(token, claimed, entrance)
         else:
             self._naming = claimed
             principal = await resolve_principal(self.db, token)
             self.identify(principal, token)
             if _ids_of(principal) != claimed:
-                await self.db.execute(select(*_naming_columns(_ids_of(principal), self.read_only)))
+                await self.db.execute(_NAMING[self.read_only], _naming_params(_ids_of(principal)))
         # Quotas once the caller is known and before any work (429 `rate-limited` otherwise).
         self.admission = await self.runtime.quotas.admit(principal)
         return principal
 
     async def _enter_in_one_statement(
-        self, token: VerifiedToken, claimed: Claimed, check: ScalarSelect[Any]
+        self, token: VerifiedToken, claimed: Claimed, entrance: Entrance
     ) -> Principal:
         """Our own issuer's tokens: the transaction's first statement names the claimed caller
         and, in a scalar subquery after the names, checks the principal and client. Should the
         check ever be evaluated before the names, row-level security would show it no row and
         the call would be refused (closed, never open)."""
         self._naming = None  # this statement names the caller, not the begin hook
-        columns = _naming_columns(claimed, self.read_only)
-        tenant = tenant_entrance(token.tenant_id).label("tenant_settings")
-        row = (await self.db.execute(select(*columns, check.label("live"), tenant))).one()
+        statement = _entrance_statement(entrance, self.read_only)
+        params = {**_naming_params(claimed), **entrance.params}
+        row = (await self.db.execute(statement, params)).one()
         principal = principal_from_check(token, row.live, row.tenant_settings)
         self.identify(principal, token)
         return principal
@@ -200,7 +212,7 @@ class Call:
             raise TypeError("only an authenticated call works in another tenant")
         ids = _ids_of(self.caller) if tenant_id is None else (tenant_id, None, None)
         self._naming = ids
-        await self.db.execute(select(*_naming_columns(ids, self.read_only)))
+        await self.db.execute(_NAMING[self.read_only], _naming_params(ids))
 
     @asynccontextmanager
     async def working_in(self, tenant_id: uuid.UUID) -> AsyncIterator[None]:
@@ -226,7 +238,7 @@ class Call:
 
     def _name_caller(self, _: Session, __: SessionTransaction, connection: Connection) -> None:
         if self._naming is not None:
-            connection.execute(select(*_naming_columns(self._naming, self.read_only)))
+            connection.execute(_NAMING[self.read_only], _naming_params(self._naming))
 
     def chain(self) -> uuid.UUID:
         """The chain the row goes to: the caller's tenant, the tenant a token request proved,
@@ -362,18 +374,50 @@ def _ids_of(caller: Principal) -> Claimed:
     return caller.tenant_id, caller.principal_id, caller.actor_id
 
 
-def _naming_columns(ids: Claimed, read_only: bool) -> list[ColumnElement[Any]]:
+def _naming_columns(read_only: bool) -> list[ColumnElement[Any]]:
     """The one way a call names its caller: transaction-local settings the row-level security
-    policies read (no principal: ''), and for a read-only operation a read-only transaction."""
-    tenant, principal, actor = ids
-    settings = [
-        ("memgate.tenant_id", str(tenant)),
-        ("memgate.principal_id", str(principal) if principal else ""),
-        ("memgate.actor_id", str(actor) if actor else ""),
+    policies read (no principal: ''), and for a read-only operation a read-only transaction.
+    The values are bound (`_naming_params`), so the statements are built once."""
+    settings: list[tuple[str, ColumnElement[Any]]] = [
+        ("memgate.tenant_id", bindparam("named_tenant")),
+        ("memgate.principal_id", bindparam("named_principal")),
+        ("memgate.actor_id", bindparam("named_actor")),
     ]
     if read_only:
-        settings.append(("transaction_read_only", "on"))
+        settings.append(("transaction_read_only", literal("on")))
     return [func.set_config(literal_column(f"'{name}'"), value, true()) for name, value in settings]
+
+
+def _naming_params(ids: Claimed) -> dict[str, str]:
+    tenant, principal, actor = ids
+    return {
+        "named_tenant": str(tenant),
+        "named_principal": str(principal) if principal else "",
+        "named_actor": str(actor) if actor else "",
+    }
+
+
+_NAMING = {read_only: select(*_naming_columns(read_only)) for read_only in (False, True)}
+"""The naming statement of a read-write and of a read-only call."""
+
+
+def _entrance_statement(entrance: Entrance, read_only: bool) -> Select[Any]:
+    """The entrance's one statement: the names first, then the check, then the tenant."""
+    if entrance.prebuilt:
+        return _PLAIN_ENTRANCE[read_only]
+    return _entrance_of(entrance.check, read_only)
+
+
+def _entrance_of(check: ScalarSelect[Any], read_only: bool) -> Select[Any]:
+    return select(
+        *_naming_columns(read_only),
+        check.label("live"),
+        TENANT_ENTRANCE.label("tenant_settings"),
+    )
+
+
+_PLAIN_ENTRANCE = {read_only: _entrance_of(EMBEDDED_LIVE, read_only) for read_only in (False, True)}
+"""The entrance of a plain token of our own issuer (most calls), built once."""
 
 
 @asynccontextmanager

@@ -13,7 +13,7 @@ import uuid
 from dataclasses import dataclass, replace
 from typing import Any
 
-from sqlalchemy import Select, Text, cast, exists, select
+from sqlalchemy import Select, Text, bindparam, cast, exists, select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
 from sqlalchemy.sql.selectable import ScalarSelect
@@ -27,7 +27,7 @@ from service.policy.rules import EXTERNAL_ADMIN
 from service.tenants.settings import stored
 
 
-def tenant_entrance(tenant_id: uuid.UUID) -> ScalarSelect[Any]:
+def _tenant_entrance(tenant_id: Any) -> ScalarSelect[Any]:
     """The token's tenant's settings while the tenant is enabled (not disabled, not retired),
     else NULL: sent in the entrance's first statement beside the principal's check, so a
     disabled tenant's tokens stop on their next request and the settings cost no round trip."""
@@ -40,6 +40,10 @@ def tenant_entrance(tenant_id: uuid.UUID) -> ScalarSelect[Any]:
         )
         .scalar_subquery()
     )
+
+
+TENANT_ENTRANCE = _tenant_entrance(bindparam("entrance_tenant"))
+"""`_tenant_entrance` built once, for the tenant bound as `entrance_tenant` (`Entrance`)."""
 
 
 TENANT_DISABLED = "principal or client unknown or disabled"
@@ -221,6 +225,10 @@ def _embedded_live(token: VerifiedToken) -> Select[bool] | None:
         client_id = uuid.UUID(token.client_id)
     except ValueError:
         return None
+    return _embedded_live_of(token.tenant_id, subject, client_id)
+
+
+def _embedded_live_of(tenant_id: Any, principal_id: Any, client_id: Any) -> Select[bool]:
     return (
         select((PrincipalRow.kind != "agent") & (Client.kind == "admin"))
         .join(
@@ -228,13 +236,20 @@ def _embedded_live(token: VerifiedToken) -> Select[bool] | None:
             (Client.tenant_id == PrincipalRow.tenant_id) & (Client.principal_id == PrincipalRow.id),
         )
         .where(
-            PrincipalRow.tenant_id == token.tenant_id,
-            PrincipalRow.id == subject,
+            PrincipalRow.tenant_id == tenant_id,
+            PrincipalRow.id == principal_id,
             PrincipalRow.disabled_at.is_(None),
             Client.client_id == client_id,
             Client.disabled_at.is_(None),
         )
     )
+
+
+EMBEDDED_LIVE = _embedded_live_of(
+    bindparam("live_tenant"), bindparam("live_principal"), bindparam("live_client")
+).scalar_subquery()
+"""`_embedded_live` built once: the statement of every plain token of our own issuer is the
+same, only its bound values differ, so it is neither rebuilt nor re-keyed per request."""
 
 
 def _embedded_holder(token: VerifiedToken, may_hold_admin: object) -> _Holder | None:
@@ -243,25 +258,41 @@ def _embedded_holder(token: VerifiedToken, may_hold_admin: object) -> _Holder | 
     return _Holder(uuid.UUID(token.subject), bool(may_hold_admin))
 
 
-def entrance_check(token: VerifiedToken) -> ScalarSelect[Any] | None:
-    """The check of a token of our own issuer as one scalar subquery, for the call to send in
-    its first statement together with the caller's naming (service/calls.py): non-NULL exactly
-    when the principal, its client (and a delegation) still hold. None when the token's caller
-    must be looked up first (an external subject) or cannot be ours (a malformed subject)."""
+@dataclass(frozen=True)
+class Entrance:
+    """The check of a token of our own issuer as one scalar subquery and the values it binds,
+    for the call to send in its first statement together with the caller's naming and
+    `TENANT_ENTRANCE` (service/calls.py)."""
+
+    check: ScalarSelect[Any]
+    params: dict[str, Any]
+    prebuilt: bool
+    """`check` is `EMBEDDED_LIVE` (the statement around it can be built once too)."""
+
+
+def entrance_check(token: VerifiedToken) -> Entrance | None:
+    """The entrance of a token of our own issuer: its check is non-NULL exactly when the
+    principal, its client (and a delegation) still hold. None when the token's caller must be
+    looked up first (an external subject) or cannot be ours (a malformed subject)."""
     if not token.issuer.embedded:
         return None
+    tenant = {"entrance_tenant": token.tenant_id}
     if token.act is not None:
         try:
-            return _delegation_live(token).scalar_subquery()
+            return Entrance(_delegation_live(token).scalar_subquery(), tenant, prebuilt=False)
         except TokenRejected:
             return None
-    statement = _embedded_live(token)
-    return statement.scalar_subquery() if statement is not None else None
+    try:
+        principal_id, client_id = uuid.UUID(token.subject), uuid.UUID(token.client_id)
+    except ValueError:
+        return None
+    bound = {"live_tenant": token.tenant_id, "live_principal": principal_id}
+    return Entrance(EMBEDDED_LIVE, {**tenant, **bound, "live_client": client_id}, prebuilt=True)
 
 
 def principal_from_check(token: VerifiedToken, value: object, settings: object) -> Principal:
     """The principal of a token whose `entrance_check` answered `value` and whose
-    `tenant_entrance` answered `settings` (either NULL: refused)."""
+    `TENANT_ENTRANCE` answered `settings` (either NULL: refused)."""
     if settings is None:
         raise TokenRejected(TENANT_DISABLED)
     if token.act is not None:

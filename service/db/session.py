@@ -3,9 +3,10 @@ commit."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
-from sqlalchemy import event
+from sqlalchemy import event, exc
 from sqlalchemy.ext.asyncio import (
     AsyncEngine,
     AsyncSession,
@@ -22,24 +23,61 @@ def async_url(url: str) -> str:
     raise ValueError("DATABASE_URL must be a postgresql:// URL")
 
 
+PING_AFTER_IDLE_SECONDS = 5.0
+"""A pooled connection idle longer than this is pinged before it is handed out."""
+
+
 def create_engine(
-    url: str, *, pool_size: int = 10, role: str | None = None, max_overflow: int | None = None
+    url: str,
+    *,
+    pool_size: int = 10,
+    role: str | None = None,
+    max_overflow: int | None = None,
+    ping_after_idle: float = PING_AFTER_IDLE_SECONDS,
 ) -> AsyncEngine:
     """The app's engine. With `role`, every new connection switches to that role first, so the
     app works with the non-owner role's privileges whoever it logs in as. The overflow is the
-    pool size again unless given."""
+    pool size again unless given. A connection that sat in the pool longer than
+    `ping_after_idle` seconds is pinged before use (`_ping_when_idle`)."""
     # prepare_threshold=None keeps every statement on a custom plan: a generic plan silently drops
     # partial indexes and made filtered search 100x slower (docs/design.md, "Search").
     engine = create_async_engine(
         async_url(url),
         pool_size=pool_size,
         max_overflow=pool_size if max_overflow is None else max_overflow,
-        pool_pre_ping=True,
         connect_args={"prepare_threshold": None},
     )
+    _ping_when_idle(engine, ping_after_idle)
     if role:
         _switch_role_on_connect(engine, role)
     return engine
+
+
+def _ping_when_idle(engine: AsyncEngine, after_seconds: float) -> None:
+    """Ping only connections that sat idle, instead of `pool_pre_ping` on every checkout: that
+    cost a round trip per call (two for a search: its own and its audit group's) on connections
+    just used a moment ago. A connection that idled longer than `after_seconds` (a database
+    restart, a proxy's idle cut) is pinged and, if dead, replaced before anyone uses it; a
+    connection that dies while in use fails that statement, and SQLAlchemy then discards every
+    connection of the pool older than the failure, so the next calls get fresh ones."""
+    pool = engine.sync_engine.pool
+    dialect = engine.sync_engine.dialect
+
+    @event.listens_for(pool, "checkin")
+    def idle_from(_dbapi_connection: Any, record: Any) -> None:
+        record.info["idle_since"] = time.monotonic()
+
+    @event.listens_for(pool, "checkout")
+    def ping_if_idle(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+        idle_since = record.info.get("idle_since")
+        if idle_since is None or time.monotonic() - idle_since <= after_seconds:
+            return  # new, or back in the pool only a moment ago
+        try:
+            alive = dialect.do_ping(dbapi_connection)
+        except Exception as error:
+            raise exc.DisconnectionError("the pooled connection is gone") from error
+        if not alive:
+            raise exc.DisconnectionError("the pooled connection is gone")
 
 
 def _switch_role_on_connect(engine: AsyncEngine, role: str) -> None:
