@@ -2,8 +2,9 @@
 
 Metrics are pushed by OTLP over HTTP when `OTEL_EXPORTER_OTLP_ENDPOINT` is set, and rendered as
 Prometheus text at `/metrics` on the metrics listener (service.observability.metrics; from a
-registry of our own, not the global one). Spans go to OTLP when it is configured and are
-dropped otherwise.
+registry of our own, not the global one). Spans go to OTLP when it is configured; otherwise
+they are not recorded at all (a sampler that drops them), but still carry a trace id: audit rows
+and logs name the call's trace either way.
 
 Nothing content-bearing is recorded: span attributes and metric labels are counts, `k`, model
 ids, route templates, methods and statuses — never memory text, query text, subjects, keys,
@@ -37,6 +38,7 @@ from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetr
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from opentelemetry.util.types import Attributes
 from prometheus_client import CollectorRegistry, generate_latest
@@ -124,7 +126,9 @@ def configure_telemetry(
 
     Metrics: Prometheus text for the metrics listener's `/metrics`; also pushed by OTLP/HTTP when
     `settings.otlp_endpoint` is set. Traces: OTLP/HTTP when configured, plus `span_processors`
-    (tests pass an in-memory exporter); with neither, spans are created and dropped.
+    (tests pass an in-memory exporter); with neither, nothing would read a span, so none is
+    recorded (`ALWAYS_OFF`: a non-recording span costs no attributes, events or processor
+    calls, and still has a trace id, its parent's or a new one).
     """
     global _configured  # noqa: PLW0603 (one process-wide provider, set once)
     with _configure_lock:
@@ -132,7 +136,8 @@ def configure_telemetry(
             return False
         _configured = True
     resource = Resource.create({SERVICE_NAME: settings.service_name})
-    tracer_provider = TracerProvider(resource=resource)
+    exporting = bool(span_processors) or bool(settings.otlp_endpoint)
+    tracer_provider = TracerProvider(resource=resource, sampler=None if exporting else ALWAYS_OFF)
     for processor in span_processors:
         tracer_provider.add_span_processor(processor)
     readers: list[MetricReader] = [PrometheusMetricReader(registry=_REGISTRY)]
