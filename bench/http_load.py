@@ -246,7 +246,9 @@ def supports_workers(checkout: Path) -> bool:
 
 
 @contextmanager
-def served(checkout: Path, workers: int) -> Iterator[Served]:
+def served(
+    checkout: Path, workers: int, extra_env: dict[str, str] | None = None
+) -> Iterator[Served]:
     root = Path(tempfile.mkdtemp(prefix="memgate-load-"))
     python, env = _python_for(checkout)
     port = _free_port()
@@ -258,6 +260,7 @@ def served(checkout: Path, workers: int) -> Iterator[Served]:
         MEMGATE_WORKERS=str(workers),
         MEMGATE_JSON_LOGS="1",
     )
+    env.update(extra_env or {})
     for name in ("DATABASE_URL", "MEMGATE_MIGRATION_DATABASE_URL"):
         env.pop(name, None)
     flags = ["--workers", str(workers)] if workers != 1 else []
