@@ -8,10 +8,12 @@ A `Call` is where "this caller does this, under policy, audited, in one transact
   security (no caller: no memory row is visible).
 - **facts**: services note what only they know (targets, counts, the identity a token request
   proved) on `call.facts`; the transport adds the reason a call was refused.
-- **finish**: `call.finish(status)` ends it. A call that succeeded appends its audit row in its
-  own transaction and commits both together; anything else rolls back and appends the row in a
-  short transaction of its own. If the row cannot be appended or the commit is not confirmed,
-  finish answers a `ServiceUnavailable` to send instead: a call is never answered unaudited.
+- **finish**: `call.finish(status)` ends it. A call that wrote appends its audit row in its
+  own transaction and commits both together; a read, and anything that failed or was refused
+  (rolled back), has its row group-committed with other such rows
+  (service/audit/group_commit.py) before the answer, or on its own if the group fails. If the
+  row cannot be appended or the commit is not confirmed, finish answers a `ServiceUnavailable`
+  to send instead: a call is never answered unaudited.
 
 HTTP (service/http/audit.py), MCP (service/mcp/) and jobs open calls; only this module begins,
 commits and rolls back a call's transaction, and only audit/rows.py builds its row.
@@ -267,8 +269,11 @@ class Call:
         if status < 400 and began:
             assert session is not None
             return await self._with_the_call(session, status)
+        # Denied, failed or no database work: nothing of the call is kept, so its row needs no
+        # transaction of its own either (under a flood of refusals, one fsync per refusal was
+        # most of what refusing cost).
         await self._settle(commit=False)
-        return None if await self._separately(status, None) else NOT_RECORDED
+        return await self._grouped(status)
 
     async def _with_the_call(self, session: AsyncSession, status: int) -> ServiceUnavailable | None:
         """The row in the call's own transaction, committed with the call's writes."""
@@ -295,8 +300,9 @@ class Call:
         return None
 
     async def _grouped(self, status: int) -> ServiceUnavailable | None:
-        """A read's row, committed with other reads' rows before the answer. The read's own
-        transaction changed nothing; it ends when the call closes, after the answer.
+        """The row of a call that keeps nothing (a read, or a call rolled back), committed with
+        other such calls' rows before the answer. A read's own transaction changed nothing; it
+        ends when the call closes, after the answer.
 
         If the group fails, the read's connection goes back first (its work is done), so reads
         falling back together never hold the pool they wait on; a group whose COMMIT was not

@@ -183,6 +183,45 @@ async def test_a_problem_inside_an_open_call_is_audited_as_a_denial(
     assert rows[0]["result_count"] is None
 
 
+async def test_refused_calls_share_commits_and_each_row_is_durable_before_the_answer(
+    api: Api, owner_engine: AsyncEngine
+) -> None:
+    """A refused call keeps nothing, so its row is group-committed like a read's: a burst of
+    refusals shares fsyncs instead of paying one each."""
+    alice = await api.new_agent("alice")
+    verified = await api.runtime.verifier.verify(alice.token)
+    queue = api.runtime.read_audit
+    flushes_before = queue.flushes
+
+    ids: dict[int, str] = {}
+
+    async def refuse(i: int) -> None:
+        async with open_call(
+            api.runtime, memory_ops.WRITE, token=verified, method="POST", route="/refused"
+        ) as call:
+            await call.db.execute(text("SELECT 1"))
+            ids[i] = call.request_id
+            raise MemoryNotFound(f"no {i}")
+
+    async def refused(i: int) -> str:
+        with pytest.raises(MemoryNotFound):
+            await refuse(i)
+        request_id = ids[i]
+        async with owner_engine.connect() as conn:
+            found = await conn.scalar(
+                text("SELECT status FROM audit_events WHERE request_id = :r"), {"r": request_id}
+            )
+        assert found == 404  # durable once the refusal is out
+        return request_id
+
+    refusals = await asyncio.gather(*(refused(i) for i in range(24)))
+    assert len(set(refusals)) == 24
+    assert 1 <= queue.flushes - flushes_before < 24  # grouped, and some shared a commit
+    rows = [r for r in await audit_rows(owner_engine) if r["route"] == "/refused"]
+    assert sorted(r["request_id"] for r in rows) == sorted(refusals)
+    assert {(r["decision"], r["reason"]) for r in rows} == {("deny", "memory-not-found")}
+
+
 REVOKE_APPEND = (
     "REVOKE EXECUTE ON FUNCTION audit_append(uuid, text, text, text, text, text[], text, "
     "text, text[], text, text, text, uuid[], integer, text, text, integer, bigint) "
