@@ -38,6 +38,10 @@ from tests.fixtures import entrance
 from tests.fixtures.api import Api, TestClient
 from tests.fixtures.postgres import app_login, postgres_server, with_database
 
+pytest_plugins = ["tests.integration.auth.external_idp"]
+"""Fixtures shared across feature folders (a fake external IdP), registered once here rather
+than imported into each test module that uses them."""
+
 TEMPLATE_DB = "memgate_test_template"
 PUBLIC_URL = "http://localhost:8080"
 TRUSTED_TEST_ISSUER = "https://idp.example"

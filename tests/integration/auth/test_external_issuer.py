@@ -4,29 +4,25 @@ principals through `external_subject`, and nothing else it could send is trusted
 from __future__ import annotations
 
 import asyncio
-import json
-import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 from joserfc.jwk import ECKey, RSAKey
-from litestar.testing import AsyncTestClient
 
-from service.app import create_app
 from service.auth.tokens import CachedKeySet, TokenRejected, http_jwks_fetcher
 from service.embeddings import Embedder
-from service.runtime import build_runtime
-from service.settings import ExternalIssuer
-from tests.conftest import PUBLIC_URL, make_settings
 from tests.fixtures.api import Agent, Api
-from tests.fixtures.postgres import app_login
+from tests.integration.auth.external_idp import (
+    ES256_KID,
+    IDP,
+    SUBJECT,
+    FakeIdp,
+    idp_app,
+    idp_claims,
+)
 from tests.integration.auth.forge import (
     assert_token_rejected,
     attacker_key,
@@ -34,113 +30,8 @@ from tests.integration.auth.forge import (
     get_protected,
     hs256_with_secret,
     sign,
-    with_overrides,
 )
 from tests.integration.memory.support import assert_problem
-
-IDP = "https://idp.test"
-SUBJECT = "ext-user-1"
-ES256_KID = "idp-es256-1"
-RS256_KID = "idp-rs256-1"
-
-
-@dataclass
-class FakeIdp:
-    """A JWKS endpoint on 127.0.0.1 with real keys; counts every GET of the JWKS."""
-
-    url: str = ""
-    keys: list[ECKey | RSAKey] = field(default_factory=list)
-    status: int = 200
-    hits: int = 0
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def document(self) -> bytes:
-        return json.dumps({"keys": [key.as_dict(private=False) for key in self.keys]}).encode()
-
-    @property
-    def es256(self) -> ECKey:
-        key = self.keys[0]
-        assert isinstance(key, ECKey)
-        return key
-
-    @property
-    def rs256(self) -> RSAKey:
-        key = self.keys[1]
-        assert isinstance(key, RSAKey)
-        return key
-
-
-def _serve(idp: FakeIdp) -> ThreadingHTTPServer:
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            if self.path != "/jwks":
-                self.send_error(404)
-                return
-            with idp.lock:
-                idp.hits += 1
-                status, body = idp.status, idp.document()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            """Quiet."""
-
-    return ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-
-
-@pytest.fixture
-def idp() -> Iterator[FakeIdp]:
-    state = FakeIdp(
-        keys=[
-            ECKey.generate_key(
-                "P-256", parameters={"kid": ES256_KID, "alg": "ES256", "use": "sig"}
-            ),
-            RSAKey.generate_key(2048, parameters={"kid": RS256_KID, "alg": "RS256", "use": "sig"}),
-        ]
-    )
-    server = _serve(state)
-    state.url = f"http://127.0.0.1:{server.server_address[1]}/jwks"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield state
-    server.shutdown()
-    server.server_close()
-    thread.join(timeout=5)
-
-
-@asynccontextmanager
-async def idp_app(
-    database_url: str,
-    data_dir: Path,
-    embedder: Embedder,
-    idp: FakeIdp,
-    **auth: object,
-) -> AsyncIterator[Api]:
-    settings = make_settings(
-        database_url,
-        data_dir,
-        external_issuers=(ExternalIssuer(issuer=IDP, audience="memgate", jwks_url=idp.url),),
-        **auth,
-    )
-    runtime = await build_runtime(
-        settings, app_login(database_url), embedder, owner_url=database_url
-    )
-    try:
-        async with AsyncTestClient(app=create_app(runtime), base_url=PUBLIC_URL) as client:
-            yield await Api.bootstrap(client, runtime)
-    finally:
-        await runtime.close()
-
-
-@pytest.fixture
-async def ext_api(
-    database_url: str, tmp_path: Path, embedder: Embedder, idp: FakeIdp
-) -> AsyncIterator[Api]:
-    async with idp_app(database_url, tmp_path, embedder, idp) as api:
-        yield api
 
 
 async def _mapped_principal(api: Api, subject: str = SUBJECT) -> dict[str, Any]:
@@ -150,20 +41,6 @@ async def _mapped_principal(api: Api, subject: str = SUBJECT) -> dict[str, Any]:
     assert principal["external_issuer"] == IDP
     assert principal["external_subject"] == subject
     return principal
-
-
-def idp_claims(tenant_id: str, **overrides: Any) -> dict[str, Any]:
-    now = int(time.time())
-    claims: dict[str, Any] = {
-        "iss": IDP,
-        "aud": "memgate",
-        "sub": SUBJECT,
-        "tenant": tenant_id,
-        "scope": "read:memory write:memory",
-        "iat": now,
-        "exp": now + 300,
-    }
-    return with_overrides(claims, overrides)
 
 
 async def test_idp_token_writes_and_searches_memories(ext_api: Api, idp: FakeIdp) -> None:

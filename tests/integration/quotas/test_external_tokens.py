@@ -4,20 +4,18 @@ never select one of our clients' buckets (an IdP could otherwise name a victim c
 from __future__ import annotations
 
 from tests.fixtures.api import Api
-from tests.integration.auth.forge import get_protected, sign
-from tests.integration.auth.test_external_issuer import (  # noqa: F401 (fixtures)
+from tests.integration.auth.external_idp import (
     IDP,
     FakeIdp,
-    ext_api,
-    idp,
     idp_claims,
 )
+from tests.integration.auth.forge import get_protected, sign
 from tests.integration.quotas.support import assert_limited, limit
 
 
 async def test_an_external_token_spends_the_tenant_bucket_never_a_named_client_s(
-    ext_api: Api,  # noqa: F811
-    idp: FakeIdp,  # noqa: F811
+    ext_api: Api,
+    idp: FakeIdp,
 ) -> None:
     await ext_api.new_principal(
         "external user", kind="user", external_issuer=IDP, external_subject="ext-user-1"

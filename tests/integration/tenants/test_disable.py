@@ -14,18 +14,15 @@ import pytest
 from service.auth.exchange import ACCESS_TOKEN_TYPE, TOKEN_EXCHANGE
 from service.embeddings import Embedder
 from tests.fixtures.api import MEMORY_SCOPES, Agent, Api
-from tests.integration.auth.forge import assert_token_rejected, get_protected, sign
-from tests.integration.auth.test_external_issuer import (
+from tests.integration.auth.external_idp import (
     IDP,
     SUBJECT,
     FakeIdp,
-    idp,
     idp_app,
     idp_claims,
 )
+from tests.integration.auth.forge import assert_token_rejected, get_protected, sign
 from tests.integration.tenants.support import platform
-
-__all__ = ["idp"]  # the fixture, used by name
 
 
 async def _set(admin: Api, tenant_id: str, action: str) -> None:
