@@ -141,9 +141,7 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", "/v1/memories/search", "read:memory", "memory", body=_search_body),
     Route("GET", "/v1/memories/{id}", "read:memory", "memory", resource="memory"),
     Route("GET", "/v1/memories/{id}/history", "read:memory", "memory", resource="memory"),
-    Route(
-        "POST", "/v1/memories/{id}/revert", "write:memory", "memory", "memory", ok_status=201
-    ),
+    Route("POST", "/v1/memories/{id}/revert", "write:memory", "memory", "memory", ok_status=201),
     Route(
         "DELETE", "/v1/memories/{id}", "delete:memory", "memory", resource="memory", ok_status=204
     ),
