@@ -347,7 +347,7 @@ async def _listed(api: Api, agent: Agent, **params: str) -> list[str]:
     return [item["id"] for item in response.json()["items"]]
 
 
-async def _searched(api: Api, agent: Agent, k: int = 5, **fields: str) -> list[str]:
+async def _searched(api: Api, agent: Agent, k: int = 5, **fields: Any) -> list[str]:
     response = await api.search(agent, "when do deploys happen", k=k, **fields)
     assert response.status_code == 200, response.text
     return [hit["memory"]["id"] for hit in response.json()["hits"]]
@@ -418,11 +418,12 @@ async def test_bad_timestamps_are_problems_that_name_the_field(api: Api) -> None
             response = await api.http.get(path, params=params, headers=alice.headers)
             problem = assert_problem(response, 422, "invalid-request")
             assert field in problem["detail"], (path, params, problem)
-    for body, field in [
+    bodies: list[tuple[dict[str, Any], str]] = [
         ({"as_of": "2026-01-01T00:00:00"}, "as_of"),
         ({"known_at": "soon"}, "known_at"),
         ({"as_of": 1767225600}, "as_of"),
-    ]:
+    ]
+    for body, field in bodies:
         response = await api.search(alice, "deploys", **body)
         problem = assert_problem(response, 422, "invalid-request")
         assert field in problem["detail"], (body, problem)
