@@ -73,6 +73,8 @@ class CountArguments(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     key: Key | None = None
     space_id: uuid.UUID | None = None
     group_by: GroupBy | None = None
+    as_of: AsOf | None = None
+    known_at: KnownAt | None = None
 
     def filters(self) -> MemoryFilters:
         return MemoryFilters(

@@ -178,7 +178,10 @@ async def list_memories(call: Call, runtime: Runtime, data: ListArguments) -> ms
 async def count_memories(call: Call, runtime: Runtime, data: CountArguments) -> msgspec.Struct:
     """Count the live memories visible to you, optionally per kind, space or subject (the
     largest groups first). Counts cover exactly what list and recall can return."""
-    return await _memories(call, runtime).count(_caller(call), data.filters(), data.group_by)
+    moment = time_travel(data.as_of, data.known_at)
+    return await _memories(call, runtime).count(
+        _caller(call), data.filters(), data.group_by, moment
+    )
 
 
 @tool(memory_ops.DELETE, name="forget", arguments=MemoryRef, read_only=False, destructive=True)

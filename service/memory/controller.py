@@ -121,11 +121,12 @@ class MemoryController(Controller):
         call: CallDep,
         runtime: Rt,
         filters: NamedDependency[MemoryFilters],
+        moment: NamedDependency[Moment | None],
         group_by: FromQuery[GroupBy | None] = None,
     ) -> MemoryCounts:
         """Count the live memories visible to you, optionally per kind, space or subject (the
         largest groups first). Counts cover exactly what list and search can return."""
-        return await _service(call, runtime).count(request.user, filters, group_by)
+        return await _service(call, runtime).count(request.user, filters, group_by, moment)
 
     @post("/search", status_code=200, **route(ops.SEARCH))
     async def search(
