@@ -6,7 +6,7 @@
 - `memories.embedding` may be NULL (a stub has none). Stubs are closed (`superseded_at` set),
   so they stay out of every partial live index (HNSW, the covering scan, the live key).
 - `memories_retract`: an UPDATE policy for principals holding delete (not write) on the space.
-  It admits only rows that come out retracted, so delete never lends write.
+  It admits only rows that come out as content-free stubs, so delete never lends write.
 - The usage trigger counts neither a stub nor its bytes: retracting frees quota as the hard
   delete did.
 
@@ -36,6 +36,11 @@ DELETER = (
     "AND space_id = ANY (CAST((SELECT memgate_granted('read')) AS uuid[])) "
     "AND read_requires <@ (SELECT memgate_granted('read'))"
 )
+STUB = (
+    "retracted_at IS NOT NULL AND value = '' AND embedding IS NULL AND source IS NULL "
+    "AND metadata = '{}'::jsonb AND octet_length(content_hash) = 0"
+)
+"""What a row a deleter (without write) leaves behind must look like: a stub, nothing else."""
 STRIPES = 16
 
 
@@ -86,7 +91,7 @@ def upgrade() -> None:
     op.execute("ALTER TABLE memories ALTER COLUMN embedding DROP NOT NULL")
     op.execute(
         f"CREATE POLICY memories_retract ON memories FOR UPDATE TO {APP_ROLE} "
-        f"USING ({DELETER}) WITH CHECK ({DELETER} AND retracted_at IS NOT NULL)"
+        f"USING ({DELETER}) WITH CHECK ({DELETER} AND {STUB})"
     )
     # No stub exists yet, so the counters stay right as they are.
     op.execute(

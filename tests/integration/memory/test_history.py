@@ -21,6 +21,7 @@ from service.settings import MemorySettings, Settings
 from tests.conftest import make_settings
 from tests.fixtures.api import Agent, Api
 from tests.fixtures.entrance import bypasses_visible
+from tests.integration.audit.support import audit_rows
 from tests.integration.memory.support import (
     as_owner,
     assert_problem,
@@ -270,7 +271,9 @@ async def test_a_stub_counts_for_nothing_in_the_storage_usage(api: Api) -> None:
 # Revert ----------------------------------------------------------------------------------
 
 
-async def test_revert_writes_an_earlier_value_as_the_new_live_version(api: Api) -> None:
+async def test_revert_writes_an_earlier_value_as_the_new_live_version(
+    api: Api, owner_engine: Any
+) -> None:
     alice = await api.new_agent("alice")
     tuesday = await api.remember(alice, **KEY, value="deploys on tuesday", source="runbook")
     wednesday = await api.remember(alice, **KEY, value="deploys on wednesday")
@@ -290,6 +293,12 @@ async def test_revert_writes_an_earlier_value_as_the_new_live_version(api: Api) 
     listed = (await api.http.get("/v1/memories", headers=alice.headers)).json()["items"]
     assert [m["id"] for m in listed] == [again["id"]]
     assert _versions(await _history(api, alice, tuesday["id"])) == [3, 2, 1]
+    # One audit row, in the write's transaction, naming the old version, the new one and the
+    # version it closed; no memory text.
+    [row] = [r for r in await audit_rows(owner_engine) if r["action"] == "memory.revert"]
+    assert (row["decision"], row["status"]) == ("allow", 201)
+    assert {str(t) for t in row["target_ids"]} == {tuesday["id"], again["id"], wednesday["id"]}
+    assert "tuesday" not in str(row)
 
 
 async def test_reverting_a_retracted_stub_is_a_problem_and_changes_nothing(api: Api) -> None:
