@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from sqlalchemy import text, update
+from sqlalchemy.exc import DBAPIError
 
 from service.db.models import Memory
 from service.settings import MemorySettings, Settings
@@ -266,6 +267,57 @@ async def test_a_stub_counts_for_nothing_in_the_storage_usage(api: Api) -> None:
     )
     assert await count_memories(api.runtime) == 2  # the stub row is still there
     assert kept["id"] != doomed["id"]
+
+
+_NAME_CALLER = text(
+    "SELECT set_config('memgate.tenant_id', :tenant, true), "
+    "set_config('memgate.principal_id', :principal, true)"
+)
+
+
+async def _rls_update(api: Api, agent: Agent, memory_id: str, values: str) -> Any:
+    """An UPDATE as the app role with `agent` named, past Visible: row-level security alone
+    decides (rolled back). Answers the ids updated, or the database's refusal."""
+    with bypasses_visible("row-level security alone, in this test"):
+        async with api.runtime.sessionmaker() as session, session.begin():
+            await session.execute(
+                _NAME_CALLER, {"tenant": api.tenant_id, "principal": agent.principal_id}
+            )
+            try:
+                updated = await session.scalars(
+                    text(f"UPDATE memories SET {values} WHERE id = :id RETURNING id"),
+                    {"id": memory_id},
+                )
+                return [str(i) for i in updated.all()]
+            except DBAPIError as exc:
+                return getattr(exc.orig, "sqlstate", None)
+            finally:
+                await session.rollback()
+
+
+async def test_a_deleter_without_write_can_only_leave_a_stub(api: Api) -> None:
+    """Defense in depth under the API: the `memories_retract` policy lets a principal with
+    delete but no write on a space turn a version into a content-free stub and nothing else."""
+    alice = await api.new_agent("alice")
+    janitor = await api.new_agent("janitor")
+    space_id = await _shared_space(
+        api, {alice.principal_id: ("read", "write"), janitor.principal_id: ("read", "delete")}
+    )
+    memory = await api.remember(alice, **KEY, space_id=space_id, value="deploys on tuesday")
+    stub = (
+        "retracted_at = now(), superseded_at = now(), value = '', embedding = NULL, "
+        "content_hash = ''::bytea, metadata = '{}'::jsonb, source = NULL"
+    )
+    assert await _rls_update(api, janitor, memory["id"], stub) == [memory["id"]]
+    forged = [
+        "value = 'deploys on friday'",
+        "retracted_at = now(), value = 'deploys on friday'",
+        stub.replace("value = ''", "value = 'kept'"),
+    ]
+    for values in forged:
+        assert await _rls_update(api, janitor, memory["id"], values) in ([], "42501"), values
+    # The writer may still update (the ordinary write policy).
+    assert await _rls_update(api, alice, memory["id"], "source = 'x'") == [memory["id"]]
 
 
 # Revert ----------------------------------------------------------------------------------
