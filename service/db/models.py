@@ -246,8 +246,9 @@ class Memory(Base):
     content_hash: Mapped[bytes] = mapped_column(LargeBinary, nullable=False)
     # Deferred: reads never need the vector back, and parsing 256 floats per row is not free.
     embedding: Mapped[Any] = mapped_column(
-        Vector(EMBEDDING_DIMENSIONS), nullable=False, deferred=True
+        Vector(EMBEDDING_DIMENSIONS), nullable=True, deferred=True
     )
+    """NULL only on a retracted stub (which no search reads: stubs are closed)."""
     embedding_model: Mapped[str] = mapped_column(Text, nullable=False)
     lexical: Mapped[Any] = mapped_column(
         TSVECTOR, Computed("to_tsvector('simple', value)", persisted=True), deferred=True
@@ -260,6 +261,8 @@ class Memory(Base):
     supersedes: Mapped[uuid.UUID | None] = mapped_column(UUID)
     expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    retracted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    """Set by DELETE: the row is a content-free stub that keeps its number and links."""
     derived_from: Mapped[list[uuid.UUID]] = mapped_column(
         ARRAY(UUID), nullable=False, server_default="{}"
     )

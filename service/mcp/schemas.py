@@ -13,7 +13,7 @@ from typing import Annotated
 import msgspec
 
 from service.memory.repository import MemoryFilters
-from service.memory.schemas import GroupBy, Key, Kind, Subject
+from service.memory.schemas import AsOf, GroupBy, Key, Kind, KnownAt, Subject
 
 MemoryId = Annotated[
     str,
@@ -29,6 +29,26 @@ class MemoryRef(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     id: MemoryId
 
 
+class MemoryAt(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """A memory by id, optionally as it stood at another time (REST's query parameters)."""
+
+    id: MemoryId
+    as_of: AsOf | None = None
+    known_at: KnownAt | None = None
+
+
+class HistoryArguments(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    id: MemoryId
+    cursor: Annotated[
+        str | None, msgspec.Meta(description="`next_cursor` of the previous page.")
+    ] = None
+    limit: Annotated[
+        int | None, msgspec.Meta(description="Versions per page (1-100, default 50).")
+    ] = None
+    as_of: AsOf | None = None
+    known_at: KnownAt | None = None
+
+
 class ListArguments(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     subject: Subject | None = None
     kind: Kind | None = None
@@ -38,6 +58,8 @@ class ListArguments(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
         str | None, msgspec.Meta(description="`next_cursor` of the previous page.")
     ] = None
     limit: Annotated[int | None, msgspec.Meta(description="Page size (1-100, default 50).")] = None
+    as_of: AsOf | None = None
+    known_at: KnownAt | None = None
 
     def filters(self) -> MemoryFilters:
         return MemoryFilters(
@@ -51,6 +73,8 @@ class CountArguments(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     key: Key | None = None
     space_id: uuid.UUID | None = None
     group_by: GroupBy | None = None
+    as_of: AsOf | None = None
+    known_at: KnownAt | None = None
 
     def filters(self) -> MemoryFilters:
         return MemoryFilters(

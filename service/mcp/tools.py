@@ -19,10 +19,16 @@ import msgspec
 from service.auth.principal import Principal
 from service.calls import Call
 from service.http.params import parse_id
-from service.mcp.schemas import CountArguments, ListArguments, MemoryRef
+from service.mcp.schemas import (
+    CountArguments,
+    HistoryArguments,
+    ListArguments,
+    MemoryAt,
+    MemoryRef,
+)
 from service.memory import operations as memory_ops
 from service.memory.schemas import MemoryCreate, SearchRequest
-from service.memory.service import MemoryService
+from service.memory.service import MemoryService, time_travel
 from service.operations import OPERATIONS, Operation
 from service.runtime import Runtime
 from service.tenants.settings import tenant_limits
@@ -132,17 +138,39 @@ async def recall(call: Call, runtime: Runtime, data: SearchRequest) -> msgspec.S
     return await _memories(call, runtime).search(_caller(call), data)
 
 
-@tool(memory_ops.GET, name="get_memory", arguments=MemoryRef, read_only=True)
-async def get_memory(call: Call, runtime: Runtime, data: MemoryRef) -> msgspec.Struct:
-    """Get one memory by id (superseded versions included, with their links)."""
-    return await _memories(call, runtime).get(_caller(call), parse_id(data.id))
+@tool(memory_ops.GET, name="get_memory", arguments=MemoryAt, read_only=True)
+async def get_memory(call: Call, runtime: Runtime, data: MemoryAt) -> msgspec.Struct:
+    """Get one memory by id (superseded versions included, with their links; with `as_of`
+    or `known_at`, only if that version existed then)."""
+    moment = time_travel(data.as_of, data.known_at)
+    return await _memories(call, runtime).get(_caller(call), parse_id(data.id), moment)
+
+
+@tool(memory_ops.HISTORY, name="memory_history", arguments=HistoryArguments, read_only=True)
+async def memory_history(call: Call, runtime: Runtime, data: HistoryArguments) -> msgspec.Struct:
+    """The version chain of a memory, newest first, each version checked as you see it; it
+    stops at the first version you cannot see. Deleted versions appear as stubs (status
+    `retracted`). `as_of`/`known_at` show the chain as it stood then."""
+    moment = time_travel(data.as_of, data.known_at)
+    return await _memories(call, runtime).history(
+        _caller(call), parse_id(data.id), data.cursor, data.limit, moment
+    )
+
+
+@tool(memory_ops.REVERT, name="revert_memory", arguments=MemoryRef, read_only=False)
+async def revert_memory(call: Call, runtime: Runtime, data: MemoryRef) -> msgspec.Struct:
+    """Bring back an earlier version (its id, from memory_history): its value is written
+    again as a new version that supersedes the live one of its key."""
+    return await _memories(call, runtime).revert(_caller(call), parse_id(data.id))
 
 
 @tool(memory_ops.LIST, name="list_memories", arguments=ListArguments, read_only=True)
 async def list_memories(call: Call, runtime: Runtime, data: ListArguments) -> msgspec.Struct:
-    """List live memories visible to you, newest first, with cursor pagination."""
+    """List live memories visible to you, newest first, with cursor pagination (`as_of`,
+    `known_at`: the memories current at another time)."""
+    moment = time_travel(data.as_of, data.known_at)
     return await _memories(call, runtime).list_page(
-        _caller(call), data.filters(), data.cursor, data.limit
+        _caller(call), data.filters(), data.cursor, data.limit, moment
     )
 
 
@@ -150,12 +178,16 @@ async def list_memories(call: Call, runtime: Runtime, data: ListArguments) -> ms
 async def count_memories(call: Call, runtime: Runtime, data: CountArguments) -> msgspec.Struct:
     """Count the live memories visible to you, optionally per kind, space or subject (the
     largest groups first). Counts cover exactly what list and recall can return."""
-    return await _memories(call, runtime).count(_caller(call), data.filters(), data.group_by)
+    moment = time_travel(data.as_of, data.known_at)
+    return await _memories(call, runtime).count(
+        _caller(call), data.filters(), data.group_by, moment
+    )
 
 
 @tool(memory_ops.DELETE, name="forget", arguments=MemoryRef, read_only=False, destructive=True)
 async def forget(call: Call, runtime: Runtime, data: MemoryRef) -> dict[str, Any]:
-    """Delete one memory by id (`write:memory` does not imply delete)."""
+    """Delete one memory version by id (`write:memory` does not imply delete). It stays in
+    the history as a stub that keeps its number."""
     memory_id = parse_id(data.id)
     await _memories(call, runtime).delete(_caller(call), memory_id)
     return {"deleted": str(memory_id)}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
 from typing import Annotated
 
 from litestar import Controller, Request, delete, get, post
@@ -25,13 +26,15 @@ from service.memory.schemas import (
     Kind,
     MemoryCounts,
     MemoryCreate,
+    MemoryHistory,
     MemoryOut,
     MemoryPage,
     MemoryWritten,
     SearchRequest,
     SearchResult,
 )
-from service.memory.service import MemoryService
+from service.memory.service import MemoryService, time_travel
+from service.policy.visible import Moment
 from service.runtime import Runtime
 from service.tenants.settings import tenant_limits
 
@@ -52,6 +55,22 @@ def provide_filters(
     return MemoryFilters(subject=subject, kind=kind, key=key, space_id=space_id)
 
 
+AS_OF = QueryParameter(
+    description='Valid time, "what was true then" (RFC 3339 with a time zone). Default: now.'
+)
+KNOWN_AT = QueryParameter(
+    description='Record time, "what did we know then" (RFC 3339 with a time zone). Default: now.'
+)
+
+
+def provide_moment(
+    as_of: Annotated[datetime | None, AS_OF] = None,
+    known_at: Annotated[datetime | None, KNOWN_AT] = None,
+) -> Moment | None:
+    """The time-travel parameters get, list and history share (docs/recall.md)."""
+    return time_travel(as_of, known_at)
+
+
 def _service(call: Call, runtime: Runtime) -> MemoryService:
     return MemoryService(
         call.db,
@@ -65,7 +84,10 @@ def _service(call: Call, runtime: Runtime) -> MemoryService:
 class MemoryController(Controller):
     path = "/v1/memories"
     tags = ["memories"]
-    dependencies = {"filters": Provide(provide_filters, sync_to_thread=False)}
+    dependencies = {
+        "filters": Provide(provide_filters, sync_to_thread=False),
+        "moment": Provide(provide_moment, sync_to_thread=False),
+    }
 
     @post("/", **route(ops.WRITE))
     async def remember(
@@ -82,13 +104,15 @@ class MemoryController(Controller):
         call: CallDep,
         runtime: Rt,
         filters: NamedDependency[MemoryFilters],
+        moment: NamedDependency[Moment | None],
         cursor: FromQuery[str | None] = None,
         limit: Annotated[
             int | None, QueryParameter(description="Page size (1-100, default 50).")
         ] = None,
     ) -> MemoryPage:
-        """List live memories visible to you, newest first, with cursor pagination."""
-        return await _service(call, runtime).list_page(request.user, filters, cursor, limit)
+        """List live memories visible to you, newest first, with cursor pagination (`as_of`,
+        `known_at`: the memories current at another time)."""
+        return await _service(call, runtime).list_page(request.user, filters, cursor, limit, moment)
 
     @get("/counts", **route(ops.COUNT))
     async def count_memories(
@@ -97,11 +121,12 @@ class MemoryController(Controller):
         call: CallDep,
         runtime: Rt,
         filters: NamedDependency[MemoryFilters],
+        moment: NamedDependency[Moment | None],
         group_by: FromQuery[GroupBy | None] = None,
     ) -> MemoryCounts:
         """Count the live memories visible to you, optionally per kind, space or subject (the
         largest groups first). Counts cover exactly what list and search can return."""
-        return await _service(call, runtime).count(request.user, filters, group_by)
+        return await _service(call, runtime).count(request.user, filters, group_by, moment)
 
     @post("/search", status_code=200, **route(ops.SEARCH))
     async def search(
@@ -113,10 +138,43 @@ class MemoryController(Controller):
 
     @get("/{memory_id:str}", **route(ops.GET))
     async def recall(
-        self, request: AuthedRequest, memory_id: FromPath[str], call: CallDep, runtime: Rt
+        self,
+        request: AuthedRequest,
+        memory_id: FromPath[str],
+        call: CallDep,
+        runtime: Rt,
+        moment: NamedDependency[Moment | None],
     ) -> MemoryOut:
-        """Get one memory by id (superseded versions included, with their links)."""
-        return await _service(call, runtime).get(request.user, parse_id(memory_id))
+        """Get one memory by id (superseded versions included, with their links; with `as_of`
+        or `known_at`, only if that version existed then)."""
+        return await _service(call, runtime).get(request.user, parse_id(memory_id), moment)
+
+    @get("/{memory_id:str}/history", **route(ops.HISTORY))
+    async def history(
+        self,
+        request: AuthedRequest,
+        memory_id: FromPath[str],
+        call: CallDep,
+        runtime: Rt,
+        moment: NamedDependency[Moment | None],
+        cursor: FromQuery[str | None] = None,
+        limit: Annotated[
+            int | None, QueryParameter(description="Versions per page (1-100, default 50).")
+        ] = None,
+    ) -> MemoryHistory:
+        """The version chain of a memory, newest first, each version checked as you see it; it
+        stops at the first version you cannot see. Deleted versions appear as stubs."""
+        return await _service(call, runtime).history(
+            request.user, parse_id(memory_id), cursor, limit, moment
+        )
+
+    @post("/{memory_id:str}/revert", **route(ops.REVERT))
+    async def revert(
+        self, request: AuthedRequest, memory_id: FromPath[str], call: CallDep, runtime: Rt
+    ) -> MemoryWritten:
+        """Bring back an earlier version: its value is written again as a new version that
+        supersedes the live one of its key (the ordinary write path and its checks)."""
+        return await _service(call, runtime).revert(request.user, parse_id(memory_id))
 
     @delete("/{memory_id:str}", **route(ops.DELETE))
     async def forget(

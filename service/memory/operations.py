@@ -5,7 +5,6 @@ from __future__ import annotations
 from service.auth.scopes import Scope
 from service.embeddings.base import EmbeddingFailed, EmbeddingInvalid
 from service.memory.problems import (
-    DeleteNeedsWrite,
     KOutOfRange,
     MemoryNotFound,
     NoWritableSpace,
@@ -14,6 +13,7 @@ from service.memory.problems import (
     SpaceNotFound,
     SpaceReadOnly,
     ValueTooLong,
+    VersionRetracted,
 )
 from service.operations import operation
 from service.problems import BadCursor
@@ -77,9 +77,35 @@ GET = operation(
 DELETE = operation(
     "memory.delete",
     "deleteMemory",
-    "Delete one memory",
+    "Delete (retract) one memory version; its number stays in the history as a stub",
     Scope.DELETE_MEMORY,
     MemoryNotFound,
-    DeleteNeedsWrite,
     success=204,
+)
+HISTORY = operation(
+    "memory.history",
+    "getMemoryHistory",
+    "The version chain of a memory, newest first, as far as you can see it",
+    Scope.READ_MEMORY,
+    MemoryNotFound,
+    BadCursor,
+    ReadTooBroad,
+    read_only=True,
+)
+REVERT = operation(
+    "memory.revert",
+    "revertMemory",
+    "Write an earlier version's value again as the new live version of its key",
+    Scope.WRITE_MEMORY,
+    MemoryNotFound,
+    VersionRetracted,
+    ReadTooBroad,
+    ValueTooLong,
+    QuotaExceeded,
+    SpaceNotFound,
+    SpaceReadOnly,
+    NoWritableSpace,
+    EmbeddingInvalid,
+    EmbeddingFailed,
+    success=201,
 )

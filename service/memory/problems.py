@@ -30,9 +30,9 @@ class NoWritableSpace(Problem, slug="no-writable-space", status=403, title="No w
     """The caller has no space it may write to."""
 
 
-class DeleteNeedsWrite(Problem, slug="delete-needs-write", status=403, title="Delete needs write"):
-    """Deleting a version that has neighbours in its chain re-links them, which needs write on
-    the space as well as delete; the delete was refused and nothing changed."""
+class VersionRetracted(Problem, slug="version-retracted", status=409, title="Version retracted"):
+    """The version named was deleted (retracted): its stub keeps its number in the chain but
+    holds no value to bring back. Nothing changed; revert another version of the history."""
 
 
 class ReadTooBroad(Problem, slug="read-too-broad", status=422, title="Read too broad"):

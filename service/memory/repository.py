@@ -30,8 +30,12 @@ from service.db.models import Memory
 from service.policy.visible import Liveness, Visible, live_rows_up_to
 
 _UUIDS = ARRAY(UUID)
-_EVERY_UNREVOKED = Liveness.any_version().with_expired()
-"""The write path's bookkeeping: a key's chain continues through closed and expired versions."""
+_EVERY_UNREVOKED = Liveness.any_version().with_expired().with_retracted()
+"""The write path's bookkeeping: a key's chain continues through closed, expired and retracted
+versions, so a number is never issued twice."""
+_HISTORY = Liveness.any_version().with_retracted()
+"""What a history walk shows: every version, a retracted stub as a stub (expired and revoked
+versions are hops the caller cannot see: the walk stops there)."""
 
 
 @dataclass(frozen=True)
@@ -75,6 +79,7 @@ ANSWER = (
     Memory.recorded_at,
     Memory.derived_from,
     Memory.embedding_model,
+    Memory.retracted_at,
 )
 """The columns a search hit shows (service.memory.service.to_out): not the vector, the
 lexemes or the content hash, which are the widest and which the answer never carries."""
@@ -125,6 +130,8 @@ class MemoryRow(Protocol):
     def derived_from(self) -> list[uuid.UUID]: ...
     @property
     def embedding_model(self) -> str: ...
+    @property
+    def retracted_at(self) -> datetime | None: ...
 
 
 Hit = tuple[MemoryRow, float]
@@ -273,9 +280,15 @@ async def readable_sources(
     return [(row[0], row[1], list(row[2])) for row in rows.all()]
 
 
-async def get(session: AsyncSession, scope: Visible, memory_id: uuid.UUID) -> Memory | None:
+async def get(
+    session: AsyncSession, scope: Visible, memory_id: uuid.UUID, *, retracted: bool = False
+) -> Memory | None:
+    """Any version by id; a retracted stub only when asked (revert tells a stub from nothing)."""
+    liveness = Liveness.any_version()
     found: Memory | None = await session.scalar(
-        scope.select(Memory, liveness=Liveness.any_version()).where(Memory.id == memory_id)
+        scope.select(Memory, liveness=liveness.with_retracted() if retracted else liveness).where(
+            Memory.id == memory_id
+        )
     )
     return found
 
@@ -576,85 +589,102 @@ async def key_of(session: AsyncSession, scope: Visible, memory_id: uuid.UUID) ->
     return KeyRef(tenant_id, space_id, subject, kind, key, tuple(sorted(read_requires)))
 
 
-@dataclass(frozen=True)
-class ChainLinks:
-    """A version's neighbours in its key's chain."""
-
-    supersedes: uuid.UUID | None
-    superseded_by: uuid.UUID | None
-
-    @property
-    def neighbours(self) -> list[uuid.UUID]:
-        return [n for n in (self.supersedes, self.superseded_by) if n is not None]
-
-
-async def chain_links(
-    session: AsyncSession, scope: Visible, memory_id: uuid.UUID
-) -> ChainLinks | None:
-    """The neighbours of a version the caller may delete (None: no such version)."""
-    row = (
-        await session.execute(
-            scope.select(
-                Memory.supersedes, Memory.superseded_by, liveness=Liveness.any_version()
-            ).where(Memory.id == memory_id)
-        )
-    ).one_or_none()
-    return ChainLinks(row.supersedes, row.superseded_by) if row else None
-
-
-async def relinkable(session: AsyncSession, relink: Visible, ids: list[uuid.UUID]) -> bool:
-    """Whether the caller may update every one of these versions (the write predicate, which
-    row-level security repeats): an update it may not make would be dropped silently."""
-    if not ids:
-        return True
-    found = await session.scalar(
-        relink.select(func.count(), liveness=_EVERY_UNREVOKED).where(Memory.id.in_(ids))
-    )
-    return int(found or 0) == len(ids)
-
-
-async def delete(
-    session: AsyncSession, scope: Visible, relink: Visible, memory_id: uuid.UUID
+async def retract(
+    session: AsyncSession, scope: Visible, memory_id: uuid.UUID, at: datetime
 ) -> bool:
-    """Delete one version and splice the chain around it: its predecessor now points at its
-    successor (or at nothing, when the head is deleted: the key then has no live value, and the
-    old value does not come back). The neighbours are updated under `relink` (write), which the
-    caller has checked with `relinkable` under the key lock; a splice that still touches fewer
-    rows than it must fails loudly, so the call rolls back rather than leave a dangling link."""
-    deleted = (
-        await session.execute(
-            scope.delete()
-            .where(Memory.id == memory_id)
-            .returning(Memory.supersedes, Memory.superseded_by)
+    """Retract one version: its row stays in the chain as a content-free stub (value, vector,
+    content hash, metadata and source cleared; `retracted_at` set) that keeps its id, number
+    and links, so no number is issued twice and history shows where a version was. A live head
+    is closed at `at` too, so the key has no live value (the older one does not come back)
+    and the stub leaves every partial live index. Under `scope` (delete); row-level security
+    lets a deleter without write make exactly this change (migration `stable_versions`)."""
+    retracted = await session.scalars(
+        scope.update(liveness=Liveness.any_version())
+        .where(Memory.id == memory_id)
+        .values(
+            {
+                Memory.retracted_at: at,
+                Memory.superseded_at: func.coalesce(Memory.superseded_at, at),
+                Memory.value: "",
+                Memory.content_hash: b"",
+                Memory.embedding: None,
+                Memory.metadata_: {},
+                Memory.source: None,
+            }
         )
-    ).one_or_none()
-    if deleted is None:
-        return False
-    neighbours = relink.update(liveness=_EVERY_UNREVOKED)
-    splices = []
-    if deleted.supersedes is not None:
-        splices.append(
-            neighbours.where(Memory.id == deleted.supersedes).values(
-                superseded_by=deleted.superseded_by
-            )
+        .returning(Memory.id)
+    )
+    return retracted.one_or_none() is not None
+
+
+async def history(
+    session: AsyncSession,
+    scope: Visible,
+    start: uuid.UUID,
+    *,
+    newer_hops: int,
+    older_hops: int,
+    skip_start: bool,
+    restore: ColumnElement[str] | None = None,
+) -> Sequence[Row[Any]]:
+    """A version chain, newest first, in one statement (two recursive walks): from `start`
+    forward along `superseded_by` (at most `newer_hops` hops) to the newest version the caller
+    can see, then back from there along `supersedes`, at most `older_hops` hops. Every hop is
+    a row source bound to the predicate (`Visible.select(on=...)`), so each walk stops at the
+    first version the caller cannot see, never skipping over it; a hop must also name the
+    version it came from (both links agree). `skip_start` leaves the start out (a cursor
+    names the last version already shown). Nothing comes back when `start` is not visible."""
+    newer = (
+        scope.select(Memory.id, Memory.superseded_by, literal(0).label("depth"), liveness=_HISTORY)
+        .where(Memory.id == start)
+        .cte("newer", recursive=True)
+    )
+    newer_hop = Memory.__table__.alias("newer_hop")
+    newer = newer.union_all(
+        scope.select(
+            newer_hop.c.id,
+            newer_hop.c.superseded_by,
+            newer.c.depth + 1,
+            liveness=_HISTORY,
+            on=newer_hop,
         )
-    if deleted.superseded_by is not None:
-        splices.append(
-            neighbours.where(Memory.id == deleted.superseded_by).values(
-                supersedes=deleted.supersedes
-            )
+        .join(newer, newer_hop.c.id == newer.c.superseded_by)
+        .where(newer_hop.c.supersedes == newer.c.id, newer.c.depth < newer_hops)
+    )
+    head = select(newer.c.id).order_by(newer.c.depth.desc()).limit(1).scalar_subquery()
+    older = (
+        scope.select(Memory.id, Memory.supersedes, literal(0).label("depth"), liveness=_HISTORY)
+        .where(Memory.id == head)
+        .cte("older", recursive=True)
+    )
+    older_hop = Memory.__table__.alias("older_hop")
+    older = older.union_all(
+        scope.select(
+            older_hop.c.id,
+            older_hop.c.supersedes,
+            older.c.depth + 1,
+            liveness=_HISTORY,
+            on=older_hop,
         )
-    for splice in splices:
-        if (await session.scalars(splice.returning(Memory.id))).one_or_none() is None:
-            raise RuntimeError("chain splice touched no row; refusing a dangling link")
-    return True
+        .join(older, older_hop.c.superseded_by == older.c.id)
+        .where(older_hop.c.id == older.c.supersedes, older.c.depth < older_hops)
+    )
+    extra = () if restore is None else (restore.label("restored"),)
+    statement = (
+        scope.select(*ANSWER, *extra, liveness=_HISTORY)
+        .join(older, and_(Memory.tenant_id == scope.tenant_id, Memory.id == older.c.id))
+        .order_by(older.c.depth)
+    )
+    if skip_start:
+        statement = statement.where(older.c.depth > 0)
+    rows: Sequence[Row[Any]] = (await session.execute(statement)).all()
+    return rows
 
 
 __all__ = [
     "ANSWER",
     "GROUPABLE",
     "AnnTuning",
-    "ChainLinks",
     "Hit",
     "KeyRef",
     "MemoryFilters",
@@ -663,16 +693,15 @@ __all__ = [
     "ReadCancelled",
     "Supersession",
     "Version",
-    "chain_links",
     "count",
-    "delete",
     "get",
+    "history",
     "insert",
     "key_of",
     "list_page",
     "lock_key",
     "read_budget",
-    "relinkable",
+    "retract",
     "search_approximate",
     "search_exact",
     "search_exact_within",

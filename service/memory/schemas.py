@@ -17,7 +17,23 @@ SUBJECT_PATTERN = r"^[^\s\x00-\x1f]+$(?!\n)"
 KEY_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:/-]*$(?!\n)"
 
 Kind = Literal["fact", "preference", "decision", "episode", "summary", "document"]
-Status = Literal["live", "superseded", "expired"]
+Status = Literal["live", "superseded", "expired", "retracted"]
+"""`retracted`: deleted; only history shows it, as a content-free stub that keeps its number."""
+
+AsOf = Annotated[
+    datetime,
+    msgspec.Meta(
+        description='Valid time, "what was true then": the versions valid at this instant '
+        "(with a time zone). Default: now."
+    ),
+]
+KnownAt = Annotated[
+    datetime,
+    msgspec.Meta(
+        description='Record time, "what did we know then": the versions memgate held at this '
+        "instant (with a time zone). Default: now."
+    ),
+]
 
 Subject = Annotated[
     str,
@@ -84,6 +100,8 @@ class SearchRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     k: int | None = None
     min_score: Annotated[float, msgspec.Meta(ge=-1.0, le=1.0)] | None = None
     filters: SearchFilters | None = None
+    as_of: AsOf | None = None
+    known_at: KnownAt | None = None
 
 
 class Provenance(msgspec.Struct, kw_only=True):
@@ -112,6 +130,8 @@ class MemoryOut(msgspec.Struct, kw_only=True):
     metadata: dict[str, Any]
     version: int
     provenance: Provenance
+    retracted_at: datetime | None = None
+    """When the version was deleted (status `retracted`: value "", metadata {}, no source)."""
 
 
 class MemoryWritten(msgspec.Struct, kw_only=True):
@@ -122,6 +142,14 @@ class MemoryWritten(msgspec.Struct, kw_only=True):
 class MemoryPage(msgspec.Struct, kw_only=True):
     items: list[MemoryOut]
     next_cursor: str | None
+
+
+class MemoryHistory(msgspec.Struct, kw_only=True):
+    items: list[MemoryOut]
+    """The chain newest first, from its newest version you can see; it ends at the first
+    version you cannot see (never skipping over one). Deleted versions are stubs."""
+    next_cursor: str | None
+    """Older versions follow: pass it back as `cursor`."""
 
 
 GroupBy = Literal["kind", "space", "subject"]

@@ -10,7 +10,7 @@ import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal
+from typing import Any, Literal, cast, get_args
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -21,7 +21,6 @@ from service.db.models import Memory
 from service.embeddings import Embedder
 from service.memory import repository
 from service.memory.problems import (
-    DeleteNeedsWrite,
     KOutOfRange,
     MemoryNotFound,
     NoWritableSpace,
@@ -30,13 +29,24 @@ from service.memory.problems import (
     SpaceNotFound,
     SpaceReadOnly,
     ValueTooLong,
+    VersionRetracted,
 )
-from service.memory.repository import AnnTuning, Hit, KeyRef, MemoryFilters, MemoryRow, Version
+from service.memory.repository import (
+    AnnTuning,
+    Hit,
+    KeyRef,
+    MemoryFilters,
+    MemoryRow,
+    Version,
+    cast_row,
+)
 from service.memory.schemas import (
     CountGroup,
     GroupBy,
+    Kind,
     MemoryCounts,
     MemoryCreate,
+    MemoryHistory,
     MemoryOut,
     MemoryPage,
     MemoryWritten,
@@ -50,6 +60,7 @@ from service.memory.schemas import (
 from service.observability.telemetry import SEARCH_DURATION, span, timed
 from service.policy.visible import (
     Action,
+    Moment,
     Visible,
     granted_space_ids,
     visible,
@@ -59,6 +70,9 @@ from service.problems import BadCursor, InvalidRequest
 from service.quotas.limiter import Quotas
 from service.settings import MemorySettings
 
+MAX_NEWER_HOPS = 10_000
+"""How far a history walks forward from the version it is asked about to find the newest
+one (a bound on a walk, not a page: a chain is paged from its newest version back)."""
 MAX_METADATA_BYTES = 16_384
 MAX_METADATA_DEPTH = 16
 
@@ -127,8 +141,10 @@ class MemoryService:
             await self._session.rollback()
         return await self._embedder.embed([text])
 
-    async def get(self, principal: Principal, memory_id: uuid.UUID) -> MemoryOut:
-        scope = visible(principal, Action.READ)
+    async def get(
+        self, principal: Principal, memory_id: uuid.UUID, moment: Moment | None = None
+    ) -> MemoryOut:
+        scope = visible(principal, Action.READ).at(moment)
         async with self._read_budget():
             row = await repository.get(self._session, scope, memory_id)
         if row is None:
@@ -136,12 +152,17 @@ class MemoryService:
         return to_out(row)
 
     async def list_page(
-        self, principal: Principal, filters: MemoryFilters, cursor: str | None, limit: int | None
+        self,
+        principal: Principal,
+        filters: MemoryFilters,
+        cursor: str | None,
+        limit: int | None,
+        moment: Moment | None = None,
     ) -> MemoryPage:
         page_size = self._page_size(limit)
         after = decode_cursor(cursor) if cursor else None
         await self._check_space_filter(principal, filters.space_id)
-        scope = visible(principal, Action.READ)
+        scope = visible(principal, Action.READ).at(moment)
         async with self._read_budget():
             rows = await repository.list_page(
                 self._session, scope, filters, after=after, limit=page_size + 1
@@ -152,14 +173,18 @@ class MemoryService:
         return MemoryPage(items=items, next_cursor=next_cursor)
 
     async def count(
-        self, principal: Principal, filters: MemoryFilters, group_by: GroupBy | None
+        self,
+        principal: Principal,
+        filters: MemoryFilters,
+        group_by: GroupBy | None,
+        moment: Moment | None = None,
     ) -> MemoryCounts:
         await self._check_space_filter(principal, filters.space_id)
         max_groups = self._limits.max_page_size
         async with self._read_budget():
             total, groups = await repository.count(
                 self._session,
-                visible(principal, Action.READ),
+                visible(principal, Action.READ).at(moment),
                 filters,
                 group_by=group_by,
                 max_groups=max_groups + 1,
@@ -190,8 +215,9 @@ class MemoryService:
         filters = MemoryFilters(
             subject=given.subject, kind=given.kind, key=given.key, space_id=given.space_id
         )
+        moment = time_travel(request.as_of, request.known_at)
         await self._check_space_filter(principal, filters.space_id)
-        scope = visible(principal, Action.READ)
+        scope = visible(principal, Action.READ).at(moment)
         [vector] = await self._embed(principal, request.query)
         with span("memory.rank", {"memgate.search.k": k}) as rank:
             async with self._read_budget(SearchTooBroad):
@@ -222,6 +248,14 @@ class MemoryService:
         Otherwise the exact path answers after all: the walk's budget went on rows the caller
         may not see, or a floor cut into its k, and only an exact ranking knows whether k rows
         above the floor exist (promise 3: never under-filled)."""
+        if scope.moment is not None:
+            # The covering scan and the HNSW index hold live rows only, so a search at another
+            # time ranks every version that passes the predicate then, exactly (bounded by the
+            # read budget like every read).
+            then = await repository.search_exact(
+                self._session, scope, vector, filters, k=k, min_score=min_score
+            )
+            return then, "exact"
         limit, cap = self._limits.exact_search_max_rows, self._limits.search_fallback_max_rows
         exact = await repository.search_exact_within(
             self._session,
@@ -260,30 +294,78 @@ class MemoryService:
         return everything, "exact"
 
     async def delete(self, principal: Principal, memory_id: uuid.UUID) -> None:
-        """Delete one version. One with neighbours in its chain re-links them (the predecessor
-        points at the successor), which is an update: it needs write on the space as well as
-        delete, or the delete is refused and nothing changes. Never a dangling chain."""
+        """Retract one version: it stays in its chain as a content-free stub with its number
+        (history shows it; no other read does), so no number is ever issued again. Deleting
+        the live version leaves the key without a live value."""
         scope = visible(principal, Action.DELETE)
         ref = await repository.key_of(self._session, scope, memory_id)
         if ref is None:
             raise MemoryNotFound(not_found_detail(memory_id))
-        # The same lock as writers: a delete never interleaves with a supersession, so the
-        # neighbours read here are the ones the splice updates.
-        await repository.lock_key(self._session, ref)
-        links = await repository.chain_links(self._session, scope, memory_id)
-        if links is None:
+        # The same lock as writers: a retraction never interleaves with a supersession.
+        now = await repository.lock_key(self._session, ref)
+        if not await repository.retract(self._session, scope, memory_id, now):
             raise MemoryNotFound(not_found_detail(memory_id))
-        relink = visible(principal, Action.WRITE)
-        if not await repository.relinkable(self._session, relink, links.neighbours):
-            raise DeleteNeedsWrite(
-                f"Memory {memory_id} has other versions under its key; deleting it re-links "
-                f"them, which needs write on space {ref.space_id} as well as delete. Nothing "
-                "was deleted. Ask an admin for write on that space, or for a principal who "
-                "holds both.",
-                space_id=str(ref.space_id),
+
+    async def history(
+        self,
+        principal: Principal,
+        memory_id: uuid.UUID,
+        cursor: str | None,
+        limit: int | None,
+        moment: Moment | None = None,
+    ) -> MemoryHistory:
+        """The version chain of `memory_id`, newest first, from the newest version the caller
+        can see (at `moment`), `limit` versions a page; a cursor continues further back."""
+        size = self._page_size(limit)
+        after = decode_cursor(cursor) if cursor else None
+        scope = visible(principal, Action.READ).at(moment)
+        async with self._read_budget():
+            assert self._budget is not None
+            rows = await repository.history(
+                self._session,
+                scope,
+                memory_id if after is None else after,
+                newer_hops=MAX_NEWER_HOPS if after is None else 0,
+                older_hops=size if after is None else size + 1,
+                skip_start=after is not None,
+                restore=self._budget.restoring(),
             )
-        if not await repository.delete(self._session, scope, relink, memory_id):
+            self._budget.restored = bool(rows)
+        if not rows and after is None:
             raise MemoryNotFound(not_found_detail(memory_id))
+        items = [to_out(cast_row(row)) for row in rows[:size]]
+        self._facts.count(len(items))
+        next_cursor = encode_cursor(items[-1].id) if len(rows) > size else None
+        return MemoryHistory(items=items, next_cursor=next_cursor)
+
+    async def revert(self, principal: Principal, memory_id: uuid.UUID) -> MemoryWritten:
+        """Write `memory_id`'s value again as a new version of its key (superseding the live
+        one), through the ordinary write path: the same checks, quotas and audit."""
+        async with self._read_budget():
+            row = await repository.get(
+                self._session, visible(principal, Action.READ), memory_id, retracted=True
+            )
+        if row is None:
+            raise MemoryNotFound(not_found_detail(memory_id))
+        if row.retracted_at is not None:
+            raise VersionRetracted(
+                f"Version {row.version} ({memory_id}) was deleted and holds no value to bring "
+                f"back. Nothing was changed. Pick a version whose status is not 'retracted' "
+                f"from GET /v1/memories/{memory_id}/history and revert that one.",
+                version=row.version,
+            )
+        again = MemoryCreate(
+            subject=row.subject,
+            kind=cast_kind(row.kind),
+            key=row.key,
+            value=row.value,
+            metadata=row.metadata_ or None,
+            source=row.source,
+            space_id=row.space_id,
+            derived_from=list(row.derived_from),
+        )
+        self._facts.add_targets([memory_id])
+        return await self.write(principal, again)
 
     @asynccontextmanager
     async def _read_budget(
@@ -468,12 +550,44 @@ def check_valid_from(valid_from: datetime) -> None:
         ) from None
 
 
+def time_travel(as_of: datetime | None, known_at: datetime | None) -> Moment | None:
+    """The moment a read asks about (None: now). Each instant needs a time zone and must stay
+    within years 1-9999 in UTC; future instants are allowed (docs/recall.md)."""
+    for field, at in (("as_of", as_of), ("known_at", known_at)):
+        if at is None:
+            continue
+        if at.tzinfo is None or at.utcoffset() is None:
+            raise _invalid(
+                field,
+                f"'{field}' needs a time zone, e.g. 2026-11-30T12:00:00Z. Nothing was read.",
+                "timezone required",
+            )
+        try:
+            at.astimezone(UTC)
+        except OverflowError:
+            raise _invalid(
+                field,
+                f"'{field}' falls outside years 1-9999 once converted to UTC.",
+                "out of range",
+            ) from None
+    moment = Moment(as_of=as_of, known_at=known_at)
+    return None if moment.is_now else moment
+
+
+def cast_kind(kind: str) -> Kind:
+    if kind not in get_args(Kind):
+        raise ValueError(f"unknown kind {kind!r}")  # the table's CHECK constraint forbids it
+    return cast(Kind, kind)
+
+
 def not_found_detail(memory_id: uuid.UUID) -> str:
     # The same words for missing, expired, invisible and other-tenant ids: nothing to tell apart.
     return f"No memory {memory_id} is visible to you."
 
 
 def status_of(row: MemoryRow) -> Status:
+    if row.retracted_at is not None:
+        return "retracted"
     if row.superseded_at is not None:
         return "superseded"
     if row.expires_at is not None and row.expires_at <= datetime.now(UTC):
@@ -506,6 +620,7 @@ def to_out(row: MemoryRow) -> MemoryOut:
             derived_from=list(row.derived_from),
             embedding_model=row.embedding_model,
         ),
+        retracted_at=row.retracted_at,
     )
 
 

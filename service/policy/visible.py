@@ -70,8 +70,24 @@ memory table more times than it carries the mark (tests/fixtures/entrance.py).""
 class _Versions(StrEnum):
     CURRENT = "current"
     ALL = "all"
-    AS_OF = "as_of"
-    KNOWN_AT = "known_at"
+
+
+@dataclass(frozen=True)
+class Moment:
+    """A time-travelling read: `as_of` (valid time, "what was true then") and/or `known_at`
+    (record time, "what did we hold then"). Both must carry a time zone."""
+
+    as_of: datetime | None = None
+    known_at: datetime | None = None
+
+    def __post_init__(self) -> None:
+        for at in (self.as_of, self.known_at):
+            if at is not None:
+                _aware(at)
+
+    @property
+    def is_now(self) -> bool:
+        return self.as_of is None and self.known_at is None
 
 
 @dataclass(frozen=True)
@@ -85,22 +101,29 @@ class Liveness:
       NULL` or `t < valid_until`). Supersession sets `valid_until` to where the successor's
       validity begins, so a chain answers at most one version per key for any `t`.
     - `known_at(t)`: record time, "what did we hold at t": `recorded_at <= t` and
-      (`superseded_at IS NULL` or `t < superseded_at`). A deleted version is gone for every
-      `t` (delete removes the row).
+      (`superseded_at IS NULL` or `t < superseded_at`).
+    - `.at(Moment(as_of=a, known_at=k))` on `live()`: both ("what did we believe at k about
+      a"): recorded by k, and valid at a in the interval as it stood at k (a version closed
+      after k was still open-ended then). On `any_version()`: every version that existed by
+      then (recorded by k, valid from a or earlier), for walks over a whole chain.
     - `including_revoked()`: every version, revoked ones too (reinstate must find its row).
 
     Whatever the variant, a revoked row (`revoked_at IS NOT NULL`) is left out unless the value
-    came from `including_revoked()` (promise 7), and a row past its TTL (`expires_at <= now()`)
-    is left out unless `.with_expired()` says otherwise: expiry is judged now, not at `t`,
-    because an expired memory leaves every read at once. `with_expired()` is for the write
-    path's bookkeeping (the next version continues an expired chain), not for readers."""
+    came from `including_revoked()` (promise 7), a retracted stub (`retracted_at`: DELETE kept
+    its number, not its content) unless `.with_retracted()` says so (history, and the write
+    path's numbering), and a row past its TTL (`expires_at <= now()`) unless `.with_expired()`
+    says otherwise: expiry and retraction are judged now, not at `t`, because they take a
+    memory out of every read at once. `with_expired()` is for the write path's bookkeeping
+    (the next version continues an expired chain), not for readers."""
 
     versions: _Versions
-    at: datetime | None = None
+    moment: Moment | None = None
     expired: bool = False
     """Rows past `expires_at` are included."""
     revoked: bool = False
     """Rows with `revoked_at` set are included."""
+    retracted: bool = False
+    """Retracted stubs (`retracted_at` set) are included."""
 
     @classmethod
     def live(cls) -> Liveness:
@@ -116,14 +139,21 @@ class Liveness:
 
     @classmethod
     def as_of(cls, at: datetime) -> Liveness:
-        return cls(_Versions.AS_OF, _aware(at))
+        return cls.live().at(Moment(as_of=at))
 
     @classmethod
     def known_at(cls, at: datetime) -> Liveness:
-        return cls(_Versions.KNOWN_AT, _aware(at))
+        return cls.live().at(Moment(known_at=at))
+
+    def at(self, moment: Moment | None) -> Liveness:
+        """The same versions, seen at `moment` (None or an empty moment: now)."""
+        return replace(self, moment=None if moment is None or moment.is_now else moment)
 
     def with_expired(self) -> Liveness:
         return replace(self, expired=True)
+
+    def with_retracted(self) -> Liveness:
+        return replace(self, retracted=True)
 
     def conditions(self, rows: Any) -> list[ColumnElement[bool]]:
         """The SQL for this value over `rows` (anything with the memory columns as attributes:
@@ -131,17 +161,34 @@ class Liveness:
         conditions: list[ColumnElement[bool]] = []
         if not self.revoked:
             conditions.append(rows.revoked_at.is_(None))
+        if not self.retracted:
+            conditions.append(rows.retracted_at.is_(None))
         if not self.expired:
             conditions.append(or_(rows.expires_at.is_(None), rows.expires_at > func.now()))
-        at = self.at
-        if self.versions is _Versions.CURRENT:
-            conditions.append(rows.superseded_at.is_(None))
-        elif self.versions is _Versions.AS_OF:
-            conditions.append(rows.valid_from <= at)
-            conditions.append(or_(rows.valid_until.is_(None), rows.valid_until > at))
-        elif self.versions is _Versions.KNOWN_AT:
-            conditions.append(rows.recorded_at <= at)
-            conditions.append(or_(rows.superseded_at.is_(None), rows.superseded_at > at))
+        if self.moment is None:
+            if self.versions is _Versions.CURRENT:
+                conditions.append(rows.superseded_at.is_(None))
+            return conditions
+        return conditions + self._then(rows, self.moment)
+
+    def _then(self, rows: Any, moment: Moment) -> list[ColumnElement[bool]]:
+        known, valid = moment.known_at, moment.as_of
+        conditions: list[ColumnElement[bool]] = []
+        if known is not None:
+            conditions.append(rows.recorded_at <= known)
+        if valid is not None:
+            conditions.append(rows.valid_from <= valid)
+        if self.versions is _Versions.ALL:
+            return conditions
+        if valid is None:
+            # Current at `known`: not yet closed then.
+            conditions.append(or_(rows.superseded_at.is_(None), rows.superseded_at > known))
+            return conditions
+        still_open = [rows.valid_until.is_(None), rows.valid_until > valid]
+        if known is not None:
+            # Closed after `known`: its validity was still open-ended then.
+            still_open.append(rows.superseded_at > known)
+        conditions.append(or_(*still_open))
         return conditions
 
 
@@ -172,6 +219,13 @@ class Visible:
     readable: ColumnElement[Any] | None = None
     """For writes and deletes: the spaces the caller reads. A row is touched only where the
     caller can also read it, `read_requires` included (None: `allowed` is the read set)."""
+    moment: Moment | None = None
+    """A time-travelling read (`at`): every liveness this predicate builds is seen then."""
+
+    def at(self, moment: Moment | None) -> Visible:
+        """This predicate seen at `moment`: every statement built from it (search, list,
+        counts, get, history) inherits the time condition. None or an empty moment: now."""
+        return replace(self, moment=None if moment is None or moment.is_now else moment)
 
     @classmethod
     def of_spaces(
@@ -185,6 +239,8 @@ class Visible:
         them): a bare clause in a hand-made statement reads rows the harness cannot tell from
         a bypass."""
         rows = _columns(on)
+        if self.moment is not None and liveness.moment is None:
+            liveness = liveness.at(self.moment)
         readable = self.allowed if self.readable is None else self.readable
         conditions: list[ColumnElement[bool]] = [
             rows.tenant_id == self.tenant_id,

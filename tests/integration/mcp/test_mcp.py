@@ -26,6 +26,8 @@ TOOL_ACTIONS = {
     "remember": "memory.write",
     "recall": "memory.search",
     "get_memory": "memory.get",
+    "memory_history": "memory.history",
+    "revert_memory": "memory.revert",
     "list_memories": "memory.list",
     "count_memories": "memory.count",
     "forget": "memory.delete",

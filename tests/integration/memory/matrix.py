@@ -203,6 +203,14 @@ async def check_minimal_scope(api: Api, route: Route) -> None:
             [targets.memory_id],
         ),
         "GET /v1/memories/{id}": lambda b: (b["id"], targets.memory_id),
+        "GET /v1/memories/{id}/history": lambda b: (
+            [(i["id"], i["version"]) for i in b["items"]],
+            [(targets.memory_id, 1)],
+        ),
+        "POST /v1/memories/{id}/revert": lambda b: (
+            (b["memory"]["supersedes"], b["memory"]["version"], b["superseded"]),
+            (targets.memory_id, 2, [targets.memory_id]),
+        ),
         "DELETE /v1/memories/{id}": lambda b: (b, None),
         "POST /v1/principals": lambda b: (
             (b["display_name"], b["kind"], b["personal_space_id"] is not None),
@@ -270,7 +278,8 @@ async def check_minimal_scope(api: Api, route: Route) -> None:
     }
     actual, expected = projections[str(route)](body_out)
     assert actual == expected
-    delta = {"POST /v1/memories": 1, "DELETE /v1/memories/{id}": -1}.get(str(route), 0)
+    # A delete retracts in place (the row stays as a stub); a revert writes a new version.
+    delta = {"POST /v1/memories": 1, "POST /v1/memories/{id}/revert": 1}.get(str(route), 0)
     assert await count_memories(api.runtime) == before + delta
     if route.group == "admin":
         assert "mgs_" not in response.text or str(route) == "POST /v1/clients"

@@ -68,7 +68,8 @@ async def memory_rows(runtime: Runtime, where: str = "TRUE", **params: Any) -> l
             text(
                 "SELECT id, tenant_id, space_id, owner_id, subject, kind, key, value, version, "
                 "supersedes, superseded_by, superseded_at, valid_from, valid_until, recorded_at, "
-                "expires_at "
+                "expires_at, retracted_at, content_hash, source, metadata, "
+                "embedding::text AS embedding "
                 f"FROM memories WHERE {where} ORDER BY version, recorded_at, id"
             ),
             params,
@@ -139,6 +140,8 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/v1/memories/counts", "read:memory", "memory"),
     Route("POST", "/v1/memories/search", "read:memory", "memory", body=_search_body),
     Route("GET", "/v1/memories/{id}", "read:memory", "memory", resource="memory"),
+    Route("GET", "/v1/memories/{id}/history", "read:memory", "memory", resource="memory"),
+    Route("POST", "/v1/memories/{id}/revert", "write:memory", "memory", "memory", ok_status=201),
     Route(
         "DELETE", "/v1/memories/{id}", "delete:memory", "memory", resource="memory", ok_status=204
     ),

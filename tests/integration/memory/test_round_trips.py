@@ -88,3 +88,17 @@ async def test_a_search_sends_two_statements(api: Api) -> None:
         found = await service.search(caller, SearchRequest(query="billing fact", k=10))
         assert len(found.hits) == 10
         assert len(sent) == 2, sent
+
+
+async def test_a_history_page_is_one_statement_after_the_budget(api: Api) -> None:
+    """Issue 12: both walks of a history (forward to the newest visible version, back from
+    it) and the answer's columns are one statement; the read budget is set before it and
+    restored by it."""
+    alice = await api.new_agent("alice")
+    chain = [await api.remember(alice, key="deploy.window", value=f"v{n}") for n in range(4)]
+    caller = _caller(api, alice)
+    async with _service(api, caller) as (service, sent):
+        history = await service.history(caller, uuid.UUID(chain[1]["id"]), None, 3)
+        assert [item.version for item in history.items] == [4, 3, 2]
+        assert history.next_cursor is not None
+        assert len(sent) == 2, sent

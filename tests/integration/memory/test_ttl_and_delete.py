@@ -109,7 +109,11 @@ async def test_delete_removes_from_get_list_and_search(api: Api) -> None:
     assert [item["id"] for item in listed.json()["items"]] == [kept["id"]]
     found = await api.search(alice, "deploys happen on friday", k=10)
     assert [hit["memory"]["id"] for hit in found.json()["hits"]] == [kept["id"]]
-    assert await memory_rows(api.runtime, "id = :id", id=doomed["id"]) == []
+    # Retracted, not removed: a content-free stub keeps the id and its number (issue 12).
+    [stub] = await memory_rows(api.runtime, "id = :id", id=doomed["id"])
+    assert stub["retracted_at"] is not None
+    assert (stub["value"], stub["embedding"], stub["content_hash"]) == ("", None, b"")
+    assert (stub["metadata"], stub["source"], stub["version"]) == ({}, None, 1)
     # Deleting twice is the same 404 as a random id.
     twice = await api.http.delete(f"/v1/memories/{doomed['id']}", headers=alice.headers)
     assert_problem(twice, 404, "memory-not-found")
@@ -123,7 +127,9 @@ async def test_delete_superseded_version_keeps_the_live_one(api: Api) -> None:
     assert response.status_code == 204
     listed = await api.http.get("/v1/memories", headers=alice.headers)
     assert [item["id"] for item in listed.json()["items"]] == [new["id"]]
-    assert await count_memories(api.runtime) == 1
+    assert await count_memories(api.runtime) == 2  # the old one is a retracted stub
+    counted = await api.http.get("/v1/memories/counts", headers=alice.headers)
+    assert counted.json()["total"] == 1
 
 
 async def test_deleting_another_principals_memory_is_404_and_keeps_it(api: Api) -> None:
@@ -171,12 +177,10 @@ async def _links(api: Api, space_id: str) -> list[tuple[Any, Any, Any]]:
     return [(row["id"], row["supersedes"], row["superseded_by"]) for row in rows]
 
 
-async def test_delete_without_write_refuses_to_leave_a_dangling_chain(api: Api) -> None:
-    """Deleting a version re-links its neighbours (row-level security lets only writers update
-    them). A principal with read + delete but no write on the space gets 403
-    `delete-needs-write` for a version with neighbours and nothing changes: before, the delete
-    answered 204 while RLS silently dropped the splice, leaving both neighbours pointing at the
-    deleted id."""
+async def test_delete_without_write_retracts_and_keeps_the_chain(api: Api) -> None:
+    """A delete retracts the version in place (issue 12): nothing is re-linked, so read +
+    delete is enough whatever the neighbours (before, it needed write for the splice and
+    answered 403 `delete-needs-write`), and the chain's links are exactly as they were."""
     alice = await api.new_agent("alice")
     janitor = await api.new_agent("janitor")
     space_id = await _shared_space(
@@ -184,26 +188,20 @@ async def test_delete_without_write_refuses_to_leave_a_dangling_chain(api: Api) 
     )
     first, middle, head = await _three_versions(api, alice, space_id)
     before = await _links(api, space_id)
-
-    for doomed in (middle, head, first):  # every version here has at least one neighbour
-        response = await api.http.delete(f"/v1/memories/{doomed['id']}", headers=janitor.headers)
-        problem = assert_problem(response, 403, "delete-needs-write")
-        assert space_id in problem["detail"]
-        assert "write" in problem["detail"]
-        assert await _links(api, space_id) == before
+    response = await api.http.delete(f"/v1/memories/{middle['id']}", headers=janitor.headers)
+    assert response.status_code == 204
+    assert await _links(api, space_id) == before
+    [stub] = await memory_rows(api.runtime, "id = :id", id=middle["id"])
+    assert (stub["value"], stub["retracted_at"] is not None) == ("", True)
     walked = await api.http.get(f"/v1/memories/{first['id']}", headers=janitor.headers)
     assert walked.json()["superseded_by"] == middle["id"]
-
-    # A version without neighbours needs no re-linking: read + delete is enough.
-    lone = await api.remember(alice, space_id=space_id, key="oncall", value="alice")
-    response = await api.http.delete(f"/v1/memories/{lone['id']}", headers=janitor.headers)
-    assert response.status_code == 204
-    assert await memory_rows(api.runtime, "id = :id", id=lone["id"]) == []
-    assert await _links(api, space_id) == before
+    # The deleter could not write: row-level security let it make a retraction only.
+    kept = await api.http.get(f"/v1/memories/{head['id']}", headers=janitor.headers)
+    assert (kept.json()["value"], kept.json()["status"]) == ("friday", "live")
 
 
-async def test_delete_with_write_splices_the_chain(api: Api) -> None:
-    """With write as well, the middle version goes and its neighbours point at each other."""
+async def test_delete_with_write_keeps_the_stub_between_its_neighbours(api: Api) -> None:
+    """The middle version stays as a stub; its neighbours still point at it (no splice)."""
     alice = await api.new_agent("alice")
     janitor = await api.new_agent("janitor")
     space_id = await _shared_space(
@@ -216,11 +214,10 @@ async def test_delete_with_write_splices_the_chain(api: Api) -> None:
     first, middle, head = await _three_versions(api, alice, space_id)
     response = await api.http.delete(f"/v1/memories/{middle['id']}", headers=janitor.headers)
     assert response.status_code == 204
-    ids = {str(row_id) for row_id, _, _ in await _links(api, space_id)}
-    assert ids == {first["id"], head["id"]}
     links = {
         str(a): (str(b) if b else None, str(c) if c else None)
         for a, b, c in await _links(api, space_id)
     }
-    assert links[first["id"]] == (None, head["id"])
-    assert links[head["id"]] == (first["id"], None)
+    assert links[first["id"]] == (None, middle["id"])
+    assert links[middle["id"]] == (first["id"], head["id"])
+    assert links[head["id"]] == (middle["id"], None)

@@ -1,5 +1,6 @@
 """The version chain of a key stays linear and its times stay ordered: under concurrent
-writers, with back-dated valid times, and when versions are deleted (red-team round 2)."""
+writers, with back-dated valid times, and when versions are deleted (red-team round 2; since
+issue 12 a delete retracts in place, so numbers are never issued twice)."""
 
 from __future__ import annotations
 
@@ -76,22 +77,22 @@ async def test_deleting_the_head_leaves_no_live_value_and_the_next_write_continu
     assert listed.json()["items"] == []  # the old value does not come back
     previous = await api.http.get(f"/v1/memories/{versions[1]['id']}", headers=alice.headers)
     assert previous.json()["status"] == "superseded"
-    assert previous.json()["superseded_by"] is None
+    assert previous.json()["superseded_by"] == versions[2]["id"]  # the stub stays in the chain
     after = await api.remember(alice, **KEY, value="after the delete")
-    assert after["supersedes"] == versions[1]["id"]
-    assert after["version"] == 3
+    assert after["supersedes"] == versions[2]["id"]
+    assert after["version"] == 4  # 3 was the deleted version's, and is never issued again
     assert_linear(await memory_rows(api.runtime, "key = 'deploy.window'"))
 
 
-async def test_deleting_a_middle_version_splices_the_chain(api: Api) -> None:
+async def test_deleting_a_middle_version_keeps_its_place_in_the_chain(api: Api) -> None:
     alice = await api.new_agent("alice")
     versions = [await api.remember(alice, **KEY, value=f"value {n}") for n in range(3)]
     deleted = await api.http.delete(f"/v1/memories/{versions[1]['id']}", headers=alice.headers)
     assert deleted.status_code == 204
     first = await api.http.get(f"/v1/memories/{versions[0]['id']}", headers=alice.headers)
-    assert first.json()["superseded_by"] == versions[2]["id"]
+    assert first.json()["superseded_by"] == versions[1]["id"]
     head = await api.http.get(f"/v1/memories/{versions[2]['id']}", headers=alice.headers)
-    assert head.json()["supersedes"] == versions[0]["id"]
+    assert head.json()["supersedes"] == versions[1]["id"]
     assert head.json()["status"] == "live"
     assert_linear(await memory_rows(api.runtime, "key = 'deploy.window'"))
 

@@ -311,6 +311,22 @@ PROBES: tuple[Probe, ...] = (
         "memory-not-found",
         caller=_agent,
     ),
+    _id(
+        f"GET {MEMORY}/history",
+        "/v1/memories/{value}/history",
+        "memory",
+        memory_id_of,
+        "memory-not-found",
+        caller=_agent,
+    ),
+    _id(
+        f"POST {MEMORY}/revert",
+        "/v1/memories/{value}/revert",
+        "memory",
+        memory_id_of,
+        "memory-not-found",
+        caller=_agent,
+    ),
     Probe(
         "POST /v1/memories",
         BODY,

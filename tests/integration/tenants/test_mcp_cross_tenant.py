@@ -60,6 +60,12 @@ TOOL_PROBES = (
     ),
     ToolProbe("forget", "id", lambda v: {"id": v}, memory_id_of, "memory-not-found", by_id=True),
     ToolProbe(
+        "memory_history", "id", lambda v: {"id": v}, memory_id_of, "memory-not-found", by_id=True
+    ),
+    ToolProbe(
+        "revert_memory", "id", lambda v: {"id": v}, memory_id_of, "memory-not-found", by_id=True
+    ),
+    ToolProbe(
         "remember", "space_id", lambda v: {**NOTE, "space_id": v}, space_id_of, "space-not-found"
     ),
     ToolProbe(
