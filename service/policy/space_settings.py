@@ -13,7 +13,7 @@ from typing import Any
 import msgspec
 
 
-class SpaceSettings(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, frozen=True):
+class SpaceSettings(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     """A space's gates; a field left out takes its default."""
 
     write_gate: bool = True
@@ -40,6 +40,8 @@ def stored(raw: object) -> SpaceSettings:
 
 
 def to_stored(settings: SpaceSettings) -> dict[str, Any]:
-    """What the column holds: only the fields that differ from the defaults."""
-    out: dict[str, Any] = msgspec.to_builtins(settings)
-    return out
+    """What the column holds: only the fields that differ from the defaults (answers show
+    every field)."""
+    given: dict[str, Any] = msgspec.to_builtins(settings)
+    defaults: dict[str, Any] = msgspec.to_builtins(DEFAULT)
+    return {name: value for name, value in given.items() if defaults[name] != value}
