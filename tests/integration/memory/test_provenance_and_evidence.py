@@ -37,7 +37,8 @@ async def _hit(api: Api, agent: Agent, query: str, memory_id: str) -> dict[str, 
     found = await api.search(agent, query, k=20)
     assert found.status_code == 200, found.text
     [memory] = [h["memory"] for h in found.json()["hits"] if h["memory"]["id"] == memory_id]
-    return memory
+    hit: dict[str, Any] = memory
+    return hit
 
 
 async def _personal_space(api: Api, agent: Agent) -> str:
