@@ -193,7 +193,11 @@ class MemoryService:
             for live in found.others
         ]
         listing = "; ".join(f'{o["key"]} ({o["id"]}): "{o["value_start"]}"' for o in offered)
-        more = " (and more: narrow by reading the subject's memories)" if found.more else ""
+        more = (
+            f" and more (list them: GET /v1/memories?subject=…&kind={ref.kind})"
+            if found.more
+            else ""
+        )
         self._facts.add_targets(live.id for live in found.others)
         raise KeyChoiceRequired(
             f"Subject {ref.subject!r} already has live {ref.kind} memories under other keys in "

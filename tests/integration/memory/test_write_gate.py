@@ -294,3 +294,14 @@ async def test_concurrent_http_writers_of_new_keys_leave_one_key(api: Api) -> No
     for refused in (a for a in answers if a.status_code == 409):
         assert [k["id"] for k in refused.json()["keys"]] == [winner["id"]]
     assert [m["id"] for m in await _live(api, agents[0], space_id=team)] == [winner["id"]]
+
+
+async def test_a_subject_with_many_keys_lists_twenty_and_says_there_are_more(api: Api) -> None:
+    alice = await api.new_agent("alice")
+    for i in range(21):
+        await api.remember(alice, key=f"fact.{i:02d}", value=f"fact number {i}")
+    refused = await _write(api, alice, key="fact.new")
+    body = assert_problem(refused, 409, "key-choice-required")
+    assert [k["key"] for k in body["keys"]] == [f"fact.{i:02d}" for i in range(20)]
+    assert body["more_keys"] is True
+    assert "and more" in body["detail"]
