@@ -110,7 +110,9 @@ async def bearer(client: httpx.AsyncClient, credentials: tuple[str, str]) -> dic
 def write_body(i: int) -> dict[str, Any]:
     topic = TOPICS[i % len(TOPICS)]
     return {
-        "subject": f"service:{topic}",
+        # One subject per note: distinct facts, so the write gate (keys of one subject) lets
+        # each through, and the body stays one that older checkouts accept.
+        "subject": f"service:{topic}.{i}",
         "kind": "fact",
         "key": f"{topic}.note.{i}",
         "value": f"Note {i} about the {topic} process and who owns it",

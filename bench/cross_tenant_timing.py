@@ -90,7 +90,7 @@ async def _write(client: httpx.AsyncClient, headers: dict[str, str], i: int, tag
     response = await client.post(
         "/v1/memories",
         json={
-            "subject": f"service:{tag}",
+            "subject": f"service:{tag}.{i}",  # distinct facts: the write gate lets each in
             "kind": "fact",
             "key": f"{tag}.note.{i}",
             "value": f"Note {i} of {tag} about who owns the deploy process",

@@ -89,7 +89,8 @@ def _body(level: Level, i: int, texts: list[str]) -> bytes:
         return json.dumps({"query": text, "k": 10}).encode()
     return json.dumps(
         {
-            "subject": f"service:{i % 50}",
+            # One subject per write (distinct facts: the write gate lets each through).
+            "subject": f"service:{level.seed}.{i}",
             "kind": "fact",
             "key": f"load.{level.seed}.{i}",
             "value": text,

@@ -151,7 +151,7 @@ class SigningKey(Base):
 
 
 class Space(Base):
-    """The unit of access. Today every principal has one personal space; teams come later."""
+    """The unit of access: a personal space per principal, team and tenant-wide spaces."""
 
     __tablename__ = "spaces"
     __table_args__ = (
@@ -175,6 +175,10 @@ class Space(Base):
     owner_id: Mapped[uuid.UUID | None] = mapped_column(UUID)
     parent_id: Mapped[uuid.UUID | None] = mapped_column(UUID)
     created_at: Mapped[datetime] = _now()
+    # The space's gates (service/policy/space_settings.py); {} = the defaults.
+    settings: Mapped[dict[str, Any]] = mapped_column(
+        JSONB, nullable=False, server_default=text("'{}'::jsonb")
+    )
 
 
 class Memory(Base):

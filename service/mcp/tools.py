@@ -127,7 +127,9 @@ def _caller(call: Call) -> Principal:
 @tool(memory_ops.WRITE, name="remember", arguments=MemoryCreate, read_only=False)
 async def remember(call: Call, runtime: Runtime, data: MemoryCreate) -> msgspec.Struct:
     """Write a memory into one of your spaces (default: your personal space). A memory with
-    the same subject, kind and key in that space supersedes the live one."""
+    the same subject, kind and key in that space supersedes the live one; a key new to a
+    subject that has others answers 409 `key-choice-required` listing them (reuse one, or
+    resend with `new_key: true`)."""
     return await _memories(call, runtime).write(_caller(call), data)
 
 

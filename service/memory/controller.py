@@ -94,7 +94,9 @@ class MemoryController(Controller):
         self, request: AuthedRequest, data: JSONBody[MemoryCreate], call: CallDep, runtime: Rt
     ) -> MemoryWritten:
         """Write a memory into one of your spaces (default: your personal space). A memory with
-        the same subject, kind and key in that space supersedes the live one."""
+        the same subject, kind and key in that space supersedes the live one; a key new to a
+        subject that has others answers 409 `key-choice-required` listing them (reuse one, or
+        resend with `new_key: true`)."""
         return await _service(call, runtime).write(request.user, data)
 
     @get("/", **route(ops.LIST))

@@ -5,6 +5,8 @@ from __future__ import annotations
 from service.auth.scopes import Scope
 from service.embeddings.base import EmbeddingFailed, EmbeddingInvalid
 from service.memory.problems import (
+    EvidenceRequired,
+    KeyChoiceRequired,
     KOutOfRange,
     MemoryNotFound,
     NoWritableSpace,
@@ -32,6 +34,8 @@ WRITE = operation(
     NoWritableSpace,
     EmbeddingInvalid,
     EmbeddingFailed,
+    KeyChoiceRequired,
+    EvidenceRequired,
     success=201,
 )
 LIST = operation(

@@ -44,3 +44,17 @@ class SearchTooBroad(Problem, slug="search-too-broad", status=422, title="Search
     """The search covers more visible memories than one search may rank, or ran past its time
     budget; nothing changed. Narrow it with filters (space_id, kind, subject, key), lower `k`,
     or drop a `min_score` near 1."""
+
+
+class KeyChoiceRequired(
+    Problem, slug="key-choice-required", status=409, title="Key choice required"
+):
+    """The write gate: the key is new to its subject, and the subject already has live
+    memories of the same kind under other keys in that space (ones you can read). `keys` lists
+    them (`key`, `id`, the first words of `value`): resend under one of those keys to supersede
+    it, or with `new_key: true` if this is a different fact. Nothing was written."""
+
+
+class EvidenceRequired(Problem, slug="evidence-required", status=422, title="Evidence required"):
+    """The evidence gate of the target space: a `summary` or `decision` must cite the memories
+    it rests on in `derived_from` (ids you can read). Nothing was written."""

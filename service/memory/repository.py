@@ -78,6 +78,7 @@ ANSWER = (
     Memory.source,
     Memory.recorded_at,
     Memory.derived_from,
+    Memory.read_requires,
     Memory.embedding_model,
     Memory.retracted_at,
 )
@@ -129,6 +130,8 @@ class MemoryRow(Protocol):
     @property
     def derived_from(self) -> list[uuid.UUID]: ...
     @property
+    def read_requires(self) -> list[uuid.UUID]: ...
+    @property
     def embedding_model(self) -> str: ...
     @property
     def retracted_at(self) -> datetime | None: ...
@@ -157,11 +160,15 @@ class KeyRef:
     read_requires: tuple[uuid.UUID, ...] = ()
 
     def conditions(self) -> list[ColumnElement[bool]]:
+        return [*self.subject_conditions(), Memory.key == self.key]
+
+    def subject_conditions(self) -> list[ColumnElement[bool]]:
+        """Every key of this subject and kind in this space with this audience: the keys a
+        write here could supersede by naming them."""
         return [
             Memory.space_id == self.space_id,
             Memory.subject == self.subject,
             Memory.kind == self.kind,
-            Memory.key == self.key,
             Memory.read_requires == cast(literal(list(self.read_requires), _UUIDS), _UUIDS),
         ]
 
@@ -172,18 +179,73 @@ class Version:
     version: int
 
 
-async def lock_key(session: AsyncSession, ref: KeyRef) -> datetime:
+async def lock_key(session: AsyncSession, ref: KeyRef, *, subject_too: bool = False) -> datetime:
     """Serialize writers and deleters of one key until commit, so versions form one linear chain
     instead of colliding on the live-key unique index; then return the wall clock *after* the
     lock. Stamping with that (not the transaction start) keeps a later version's times after
     its predecessor's even when the two transactions began in the other order. One statement:
-    its select list is evaluated left to right, so the clock is read once the lock is held."""
-    lock_name = f"{ref.tenant_id}|{ref.space_id}|{ref.subject}|{ref.kind}|{ref.key}"
-    locked = func.pg_advisory_xact_lock(func.hashtextextended(lock_name, 0))
-    row = (await session.execute(select(locked, func.clock_timestamp()))).one()
-    now = row[1]
+    its select list is evaluated left to right, so the clock is read once the lock is held.
+
+    `subject_too` (the write gate) first takes the lock of the key's whole (space, subject,
+    kind): two writers of *different* new keys for one subject would otherwise hold different
+    key locks, both find no other key and both pass the gate. Under it the second one's gate
+    statement (a new snapshot) sees the first one's committed key. Every writer takes the
+    subject lock before the key lock, and deleters only the key lock, so no cycle can form."""
+    locks = [_advisory(f"{ref.tenant_id}|{ref.space_id}|{ref.subject}|{ref.kind}|{ref.key}")]
+    if subject_too:
+        # "|*" cannot end a key (KEY_PATTERN), so this name never equals a key lock's.
+        locks.insert(0, _advisory(f"{ref.tenant_id}|{ref.space_id}|{ref.subject}|{ref.kind}|*"))
+    row = (await session.execute(select(*locks, func.clock_timestamp()))).one()
+    now = row[-1]
     assert isinstance(now, datetime)
     return now
+
+
+def _advisory(name: str) -> ColumnElement[Any]:
+    return func.pg_advisory_xact_lock(func.hashtextextended(name, 0))
+
+
+@dataclass(frozen=True)
+class LiveKey:
+    """A live memory of the subject, as the write gate offers it."""
+
+    key: str
+    id: uuid.UUID
+    value_start: str
+    """The start of its value (the service cuts it to its first words)."""
+
+
+@dataclass(frozen=True)
+class SubjectKeys:
+    key_is_live: bool
+    """The written key has a live version the writer can read: the write supersedes it."""
+    others: list[LiveKey]
+    """Live keys of the same subject, kind, space and audience besides the written one, in key
+    order, at most the limit asked for."""
+    more: bool = False
+    """More such keys exist than `others` holds."""
+
+
+async def live_keys_of_subject(
+    session: AsyncSession, scope: Visible, ref: KeyRef, *, limit: int
+) -> SubjectKeys:
+    """What the write gate decides on, in one statement under the writer's read predicate (the
+    caller holds the subject lock): the live versions of (space, subject, kind, audience), the
+    written key first. Only rows the writer can read count, and only in the chain family the
+    write could supersede by reusing a key (same space and audience): rows elsewhere would not
+    be closed by that key, so offering them would leave the stale value live."""
+    same_key = Memory.key == ref.key
+    rows = (
+        await session.execute(
+            scope.select(Memory.key, Memory.id, func.left(Memory.value, 400))
+            .where(*ref.subject_conditions())
+            .order_by(same_key.desc(), Memory.key)
+            .limit(limit + 2)
+        )
+    ).all()
+    key_is_live = bool(rows) and rows[0][0] == ref.key
+    others = [LiveKey(key, memory_id, start) for key, memory_id, start in rows if key != ref.key]
+    return SubjectKeys(key_is_live, others[:limit], more=len(others) > limit)
 
 
 @dataclass(frozen=True)
@@ -687,10 +749,12 @@ __all__ = [
     "AnnTuning",
     "Hit",
     "KeyRef",
+    "LiveKey",
     "MemoryFilters",
     "MemoryRow",
     "ReadBudget",
     "ReadCancelled",
+    "SubjectKeys",
     "Supersession",
     "Version",
     "count",
@@ -699,6 +763,7 @@ __all__ = [
     "insert",
     "key_of",
     "list_page",
+    "live_keys_of_subject",
     "lock_key",
     "read_budget",
     "retract",

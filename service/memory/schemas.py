@@ -78,6 +78,10 @@ class MemoryCreate(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     derived_from: Annotated[list[uuid.UUID], msgspec.Meta(max_length=100)] = []
     """Memories this one was derived from (ids you can read). It is then visible only to
     those who can read every source: its `read_requires` holds their spaces."""
+    new_key: bool = False
+    """You mean a new key: skip the write gate (409 `key-choice-required`), which stops a key
+    new to its subject while that subject has live memories of the same kind under other
+    keys. Resend with this set only when none of the keys the 409 offered names this fact."""
 
 
 class SearchFilters(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -105,12 +109,27 @@ class SearchRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 
 
 class Provenance(msgspec.Struct, kw_only=True):
+    """Who wrote a memory, how, from what, and who may read it. The memory's own fields carry
+    the rest of its story: `status`, the valid interval (`valid_from`, `valid_until`) and the
+    supersession links (`supersedes`, `superseded_by`)."""
+
     writer_id: uuid.UUID
     client_id: str
     act: dict[str, Any] | None
+    """The delegation chain (RFC 8693 `act`) of the token that wrote it: the agent that acted
+    for `writer_id`, if any."""
     source: str | None
     recorded_at: datetime
+    """When memgate recorded this version (record time)."""
+    superseded_at: datetime | None
+    """When a later version replaced it (record time); null while it is current."""
     derived_from: list[uuid.UUID]
+    """The sources you can read now (any version). Sources you cannot read (deleted, expired
+    or revoked since) are left out and only counted in `derived_from_withheld`."""
+    derived_from_withheld: int
+    read_requires: list[uuid.UUID]
+    """The audience: besides the memory's own space, every space a reader must be able to
+    read (the spaces its sources came from). Empty: whoever reads the space reads it."""
     embedding_model: str
 
 
@@ -134,9 +153,23 @@ class MemoryOut(msgspec.Struct, kw_only=True):
     """When the version was deleted (status `retracted`: value "", metadata {}, no source)."""
 
 
+class AudienceNarrowing(msgspec.Struct, kw_only=True):
+    """A write whose sources make it readable by fewer principals than its space."""
+
+    required_spaces: list[uuid.UUID]
+    """Spaces besides the memory's own that a reader must also be able to read."""
+    writer_only: bool
+    """One of them is your personal space: nobody but you (and agents acting for you) can
+    read this memory, whoever else reads its space."""
+    detail: str
+
+
 class MemoryWritten(msgspec.Struct, kw_only=True):
     memory: MemoryOut
     superseded: list[uuid.UUID]
+    audience_narrowed: AudienceNarrowing | None = None
+    """Set when `derived_from` narrowed who may read the memory below its space's readers;
+    write from other sources (or into the narrower space) if that is not what you meant."""
 
 
 class MemoryPage(msgspec.Struct, kw_only=True):

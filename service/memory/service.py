@@ -21,6 +21,8 @@ from service.db.models import Memory
 from service.embeddings import Embedder
 from service.memory import repository
 from service.memory.problems import (
+    EvidenceRequired,
+    KeyChoiceRequired,
     KOutOfRange,
     MemoryNotFound,
     NoWritableSpace,
@@ -41,6 +43,7 @@ from service.memory.repository import (
     cast_row,
 )
 from service.memory.schemas import (
+    AudienceNarrowing,
     CountGroup,
     GroupBy,
     Kind,
@@ -62,6 +65,7 @@ from service.policy.visible import (
     Action,
     Moment,
     Visible,
+    WriteTargets,
     granted_space_ids,
     visible,
     write_targets,
@@ -75,6 +79,46 @@ MAX_NEWER_HOPS = 10_000
 one (a bound on a walk, not a page: a chain is paged from its newest version back)."""
 MAX_METADATA_BYTES = 16_384
 MAX_METADATA_DEPTH = 16
+MAX_OFFERED_KEYS = 20
+"""The most keys a 409 `key-choice-required` lists (a subject with more says `more_keys`)."""
+OFFERED_WORDS, OFFERED_CHARS = 12, 120
+"""How much of each offered key's value the 409 shows: enough to recognize the fact."""
+EVIDENCE_KINDS = frozenset({"summary", "decision"})
+"""The kinds the evidence gate asks sources of."""
+
+
+def first_words(text: str) -> str:
+    """The first `OFFERED_WORDS` words of `text`, at most `OFFERED_CHARS` characters, with an
+    ellipsis when cut."""
+    words = text.split()
+    start = " ".join(words[:OFFERED_WORDS])
+    if len(start) > OFFERED_CHARS:
+        start = start[:OFFERED_CHARS].rsplit(" ", 1)[0] or start[:OFFERED_CHARS]
+    return start if start == " ".join(words) else start + " …"
+
+
+def narrowing(
+    space_id: uuid.UUID, read_requires: list[uuid.UUID], personal: uuid.UUID | None
+) -> AudienceNarrowing | None:
+    """What a write's sources did to its audience: every space besides its own that a reader
+    must also read. None when nothing narrowed it."""
+    required = [space for space in read_requires if space != space_id]
+    if not required:
+        return None
+    writer_only = personal is not None and personal in required
+    who = (
+        "nobody but you: one source is in your personal space"
+        if writer_only
+        else "only principals who can also read " + ", ".join(map(str, required))
+    )
+    return AudienceNarrowing(
+        required_spaces=required,
+        writer_only=writer_only,
+        detail=(
+            f"Its sources narrow who may read this memory: of the readers of space {space_id}, "
+            f"{who}. Derive it from sources in that space only if it should reach all of them."
+        ),
+    )
 
 
 def content_hash(value: str) -> bytes:
@@ -107,9 +151,18 @@ class MemoryService:
     async def write(self, principal: Principal, data: MemoryCreate) -> MemoryWritten:
         self._check_value(data)
         read_requires = await self._inherited_scope(principal, data.derived_from)
+        space_id, targets = await self._target_space(principal, data.space_id)
+        gates = targets.settings_of(space_id)
+        if gates.evidence_gate and data.kind in EVIDENCE_KINDS and not data.derived_from:
+            raise EvidenceRequired(
+                f"Space {space_id} requires evidence: a {data.kind} must cite the memories it "
+                "rests on in 'derived_from' (ids you can read, e.g. from a search). Nothing "
+                "was written.",
+                space_id=str(space_id),
+            )
         ref = KeyRef(
             principal.tenant_id,
-            await self._target_space(principal, data.space_id),
+            space_id,
             data.subject,
             data.kind,
             data.key,
@@ -117,7 +170,10 @@ class MemoryService:
         )
         scope = visible(principal, Action.WRITE)
         [vector] = await self._embed(principal, data.value)
-        now = await repository.lock_key(self._session, ref)
+        gated = gates.write_gate and not data.new_key
+        now = await repository.lock_key(self._session, ref, subject_too=gated)
+        if gated:
+            await self._write_gate(principal, ref)
         new_id, valid_from = uuid7(), data.valid_from or now
         made = await repository.supersede(
             self._session, scope, ref, new_id=new_id, at=now, valid_from=valid_from
@@ -128,7 +184,46 @@ class MemoryService:
         if self._quotas is not None:  # counted by the insert's trigger; over quota: rolled back
             await self._quotas.check_storage(self._session, principal.tenant_id)
         self._facts.add_targets([row.id, *made.superseded])
-        return MemoryWritten(memory=to_out(row), superseded=made.superseded)
+        return MemoryWritten(
+            memory=to_out(row),
+            superseded=made.superseded,
+            audience_narrowed=narrowing(space_id, read_requires, targets.personal),
+        )
+
+    async def _write_gate(self, principal: Principal, ref: KeyRef) -> None:
+        """Refuse a key new to its subject while the subject has live memories of the same
+        kind under other keys that the writer can read (in the space and audience the write
+        goes to): the writer may not know the key the fact already lives under, and a second
+        key would leave the stale value live. Which key is meant is the writer's choice, never
+        decided here by similarity (promise 5). Rows the writer cannot read never count and
+        are never named, so the gate tells nothing a search would not."""
+        found = await repository.live_keys_of_subject(
+            self._session, visible(principal, Action.READ), ref, limit=MAX_OFFERED_KEYS
+        )
+        if found.key_is_live or not found.others:
+            return
+        offered = [
+            {"key": live.key, "id": str(live.id), "value_start": first_words(live.value_start)}
+            for live in found.others
+        ]
+        listing = "; ".join(f'{o["key"]} ({o["id"]}): "{o["value_start"]}"' for o in offered)
+        more = (
+            f" and more (list them: GET /v1/memories?subject=…&kind={ref.kind})"
+            if found.more
+            else ""
+        )
+        self._facts.add_targets(live.id for live in found.others)
+        raise KeyChoiceRequired(
+            f"Subject {ref.subject!r} already has live {ref.kind} memories under other keys in "
+            f"space {ref.space_id}: {listing}{more}. If your value updates one of them, resend "
+            "with that 'key' (the new version supersedes it); if it is a different fact, "
+            "resend with 'new_key': true. Nothing was written.",
+            subject=ref.subject,
+            kind=ref.kind,
+            space_id=str(ref.space_id),
+            keys=offered,
+            more_keys=found.more,
+        )
 
     async def _embed(self, principal: Principal, text: str) -> list[list[float]]:
         """Embed `text`. A remote provider may take seconds: the transaction (so far only reads
@@ -147,9 +242,10 @@ class MemoryService:
         scope = visible(principal, Action.READ).at(moment)
         async with self._read_budget():
             row = await repository.get(self._session, scope, memory_id)
-        if row is None:
-            raise MemoryNotFound(not_found_detail(memory_id))
-        return to_out(row)
+            if row is None:
+                raise MemoryNotFound(not_found_detail(memory_id))
+            [out] = await self._sources_you_can_read(principal, [to_out(row)])
+        return out
 
     async def list_page(
         self,
@@ -167,7 +263,9 @@ class MemoryService:
             rows = await repository.list_page(
                 self._session, scope, filters, after=after, limit=page_size + 1
             )
-        items = [to_out(row) for row in rows[:page_size]]
+            items = await self._sources_you_can_read(
+                principal, [to_out(row) for row in rows[:page_size]]
+            )
         self._facts.count(len(items))
         next_cursor = encode_cursor(rows[page_size - 1].id) if len(rows) > page_size else None
         return MemoryPage(items=items, next_cursor=next_cursor)
@@ -228,11 +326,34 @@ class MemoryService:
             rank.set_attribute("memgate.search.strategy", strategy)
         self._facts.add_targets(row.id for row, _ in hits)
         self._facts.count(len(hits))
+        outs = await self._sources_you_can_read(principal, [to_out(row) for row, _ in hits])
+        scored = zip(hits, outs, strict=True)
         return SearchResult(
-            hits=[SearchHit(score=score, memory=to_out(row)) for row, score in hits],
+            hits=[SearchHit(score=score, memory=out) for (_, score), out in scored],
             k=k,
             min_score=request.min_score,
         )
+
+    async def _sources_you_can_read(
+        self, principal: Principal, outs: list[MemoryOut]
+    ) -> list[MemoryOut]:
+        """Provenance names only the sources the caller can read now: a source deleted,
+        expired or revoked since the derivation is left out and counted in
+        `derived_from_withheld` (its id would point at nothing the caller may fetch). One
+        statement under Visible, only when an answer cites sources at all."""
+        cited = list(dict.fromkeys(i for out in outs for i in out.provenance.derived_from))
+        if not cited:
+            return outs
+        found = await repository.readable_sources(
+            self._session, visible(principal, Action.READ), cited
+        )
+        readable = {source_id for source_id, _, _ in found}
+        for out in outs:
+            sources = out.provenance.derived_from
+            shown = [source for source in sources if source in readable]
+            out.provenance.derived_from = shown
+            out.provenance.derived_from_withheld = len(sources) - len(shown)
+        return outs
 
     async def rank(
         self,
@@ -420,23 +541,26 @@ class MemoryService:
         required.update(space for _, _, inherited in found for space in inherited)
         return sorted(required)
 
-    async def _target_space(self, principal: Principal, requested: uuid.UUID | None) -> uuid.UUID:
+    async def _target_space(
+        self, principal: Principal, requested: uuid.UUID | None
+    ) -> tuple[uuid.UUID, WriteTargets]:
         """The named space if the caller may read and write there (an invisible space is 404, a
-        read-only one 403); by default the caller's personal space."""
+        read-only one 403); by default the caller's personal space. With the targets (their
+        settings, the personal space) read in the same statement."""
         # Writing needs read too: a writer sees what it wrote (a new version returns its row,
         # and supersession reads the live one), and row-level security demands both.
         targets = await write_targets(self._session, principal)
         readable, writable = targets.readable, targets.writable
         if requested is not None:
             if requested in writable:
-                return requested
+                return requested, targets
             if requested in readable:
                 raise SpaceReadOnly(f"You may read space {requested} but not write there.")
             raise SpaceNotFound(f"Space {requested} does not exist or is not writable by you.")
         if targets.personal is not None and targets.personal in writable:
-            return targets.personal
+            return targets.personal, targets
         if len(writable) == 1:
-            return writable[0]
+            return writable[0], targets
         if not writable:
             raise NoWritableSpace("You have no space to write memories into; ask an admin.")
         raise NoWritableSpace(
@@ -617,7 +741,10 @@ def to_out(row: MemoryRow) -> MemoryOut:
             act=row.act,
             source=row.source,
             recorded_at=row.recorded_at,
+            superseded_at=row.superseded_at,
             derived_from=list(row.derived_from),
+            derived_from_withheld=0,
+            read_requires=list(row.read_requires),
             embedding_model=row.embedding_model,
         ),
         retracted_at=row.retracted_at,

@@ -23,11 +23,13 @@ from service.policy.schemas import (
     SpaceCreate,
     SpaceCreated,
     SpaceList,
+    SpaceSettingsOut,
     TeamCreate,
     TeamList,
     TeamOut,
 )
 from service.policy.service import PolicyService
+from service.policy.space_settings import SpaceSettings
 
 AuthedRequest = Request[Principal, VerifiedToken, State]
 
@@ -107,6 +109,18 @@ class SpaceController(Controller):
         """The spaces of your tenant, personal ones included (first 1000)."""
         items = await _policy(request, call).list_spaces()
         return SpaceList(items=items)
+
+    @put("/{space_id:str}/settings", status_code=200, **route(ops.SPACE_SETTINGS))
+    async def set_settings(
+        self,
+        request: AuthedRequest,
+        space_id: FromPath[str],
+        data: JSONBody[SpaceSettings],
+        call: CallDep,
+    ) -> SpaceSettingsOut:
+        """Replace the space's settings: `write_gate` (default on) and `evidence_gate`
+        (default off); a field left out takes its default. The very next write sees them."""
+        return await _policy(request, call).set_space_settings(parse_id(space_id), data)
 
     @put(
         "/{space_id:str}/grants/{action:str}/{subject:str}",

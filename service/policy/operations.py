@@ -58,6 +58,12 @@ SPACE_CREATE = managed(
 SPACE_LIST = managed(
     "policy.space.list", "listSpaces", "List the spaces of your tenant", read_only=True
 )
+SPACE_SETTINGS = managed(
+    "policy.space.settings",
+    "setSpaceSettings",
+    "Set a space's write gate and evidence gate",
+    SpaceUnknown,
+)
 GRANT = managed(
     "policy.grant",
     "grantSpaceAccess",

@@ -9,6 +9,7 @@ from typing import Annotated, Literal
 import msgspec
 
 from service.db.types import NO_NUL
+from service.policy.space_settings import SpaceSettings
 
 Name = Annotated[str, msgspec.Meta(min_length=1, max_length=200, pattern=NO_NUL)]
 PolicyAction = Literal["read", "write", "delete"]
@@ -51,6 +52,14 @@ class SpaceOut(msgspec.Struct, kw_only=True):
     kind: str
     parent_id: uuid.UUID | None
     owner_id: uuid.UUID | None
+    settings: SpaceSettings
+    """The space's gates on writes (defaults filled in)."""
+
+
+class SpaceSettingsOut(msgspec.Struct, kw_only=True):
+    space_id: uuid.UUID
+    settings: SpaceSettings
+    """The settings now in force (defaults filled in): the very next write sees them."""
 
 
 class SpaceList(msgspec.Struct, kw_only=True):

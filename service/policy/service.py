@@ -60,9 +60,12 @@ from service.policy.schemas import (
     SpaceCreate,
     SpaceCreated,
     SpaceOut,
+    SpaceSettingsOut,
     TeamCreate,
     TeamOut,
 )
+from service.policy.space_settings import SpaceSettings, to_stored
+from service.policy.space_settings import stored as stored_space_settings
 from service.problems import InsufficientScope, NotAuthenticated
 
 # Why a principal holds each grant: for every role it reaches, ONE membership chain (a
@@ -217,6 +220,18 @@ class PolicyService:
         items = [_space_out(space) for space in rows]
         self._facts.count(len(items))
         return items
+
+    async def set_space_settings(
+        self, space_id: uuid.UUID, settings: SpaceSettings
+    ) -> SpaceSettingsOut:
+        """Replace the space's settings (fields left out take their defaults). Any space of
+        the tenant, personal ones included: the gates decide how writes are checked, not who
+        may read, so they share nothing."""
+        space = await self._space(space_id)
+        space.settings = to_stored(settings)
+        await self._session.flush()
+        self._facts.add_targets([space.id])
+        return SpaceSettingsOut(space_id=space.id, settings=stored_space_settings(space.settings))
 
     # grants -----------------------------------------------------------------------------
 
@@ -514,4 +529,5 @@ def _space_out(space: Space) -> SpaceOut:
         kind=space.kind,
         parent_id=space.parent_id,
         owner_id=space.owner_id,
+        settings=stored_space_settings(space.settings),
     )

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
@@ -31,6 +31,7 @@ from sqlalchemy import (
     FromClause,
     ScalarSelect,
     Select,
+    Text,
     Update,
     and_,
     any_,
@@ -42,7 +43,7 @@ from sqlalchemy import (
 )
 from sqlalchemy import select as sa_select
 from sqlalchemy import update as sa_update
-from sqlalchemy.dialects.postgresql import ARRAY, UUID
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
 from sqlalchemy.orm.util import AliasedClass
@@ -50,6 +51,9 @@ from sqlalchemy.orm.util import AliasedClass
 from service.auth.principal import Principal
 from service.db.models import Memory, Space, SpaceGrant
 from service.observability.telemetry import span
+from service.policy.space_settings import DEFAULT as DEFAULT_SPACE_SETTINGS
+from service.policy.space_settings import SpaceSettings
+from service.policy.space_settings import stored as stored_space_settings
 
 _UUID_ARRAY = ARRAY(UUID)
 
@@ -347,27 +351,49 @@ def _granted_spaces(principal: Principal, action: Action) -> Select[uuid.UUID]:
 @dataclass(frozen=True)
 class WriteTargets:
     """Where a caller may put a memory: the spaces it reads, those it writes (a writer must
-    read too, so `writable` holds only readable spaces) and its personal space, if any."""
+    read too, so `writable` holds only readable spaces), its personal space, if any, and the
+    settings (gates) of the writable spaces that have any."""
 
     readable: frozenset[uuid.UUID]
     writable: tuple[uuid.UUID, ...]
     personal: uuid.UUID | None
+    settings: dict[uuid.UUID, SpaceSettings] = field(default_factory=dict)
+
+    def settings_of(self, space_id: uuid.UUID) -> SpaceSettings:
+        return self.settings.get(space_id, DEFAULT_SPACE_SETTINGS)
 
 
 async def write_targets(session: AsyncSession, principal: Principal) -> WriteTargets:
-    """`granted_space_ids` for read and for write and `personal_space_id`, in one statement
-    (one snapshot, one round trip): the question "where may this caller write?" asked once."""
+    """`granted_space_ids` for read and for write, `personal_space_id` and the writable
+    spaces' settings, in one statement (one snapshot, one round trip): the question "where may
+    this caller write, and under which gates?" asked once."""
+    writable = _granted_array(principal, Action.WRITE)
     row = (
         await session.execute(
             sa_select(
                 _granted_array(principal, Action.READ),
-                _granted_array(principal, Action.WRITE),
+                writable,
                 _personal_space(principal).scalar_subquery(),
+                _space_settings(principal, writable),
             )
         )
     ).one()
     reads = frozenset(row[0])
-    return WriteTargets(reads, tuple(s for s in row[1] if s in reads), row[2])
+    settings = {uuid.UUID(key): stored_space_settings(raw) for key, raw in (row[3] or {}).items()}
+    return WriteTargets(reads, tuple(s for s in row[1] if s in reads), row[2], settings)
+
+
+def _space_settings(principal: Principal, spaces: ColumnElement[Any]) -> ScalarSelect[Any]:
+    """`{space id: settings}` of the given spaces whose settings are not all defaults."""
+    return (
+        sa_select(func.jsonb_object_agg(cast(Space.id, Text), Space.settings))
+        .where(
+            Space.tenant_id == principal.tenant_id,
+            Space.id == any_(spaces),
+            Space.settings != literal({}, JSONB),
+        )
+        .scalar_subquery()
+    )
 
 
 def _personal_space(principal: Principal) -> Select[uuid.UUID]:

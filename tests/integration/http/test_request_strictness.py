@@ -115,7 +115,10 @@ async def test_valid_requests_still_work(api: Api) -> None:
                          "Application/JSON;charset=UTF-8"):  # fmt: skip
         written = await api.http.post(
             "/v1/memories",
-            content=_json(VALID | {"key": f"ok.{len(content_type)}", "value": "  padded  "}),
+            # Three distinct facts of one subject: `new_key` takes them past the write gate.
+            content=_json(
+                VALID | {"key": f"ok.{len(content_type)}", "value": "  padded  ", "new_key": True}
+            ),
             headers=headers | {"Content-Type": content_type},
         )
         assert written.status_code == 201, written.text

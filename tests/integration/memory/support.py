@@ -110,7 +110,14 @@ class Route:
 
 
 def _memory_body(_: Targets) -> dict[str, Any]:
-    return {"subject": "service:billing", "kind": "fact", "key": "matrix", "value": "matrix row"}
+    # A distinct fact beside the caller's own memory of the subject: past the write gate.
+    return {
+        "subject": "service:billing",
+        "kind": "fact",
+        "key": "matrix",
+        "value": "matrix row",
+        "new_key": True,
+    }
 
 
 def _search_body(_: Targets) -> dict[str, Any]:

@@ -52,9 +52,10 @@ async def _service(api: Api, caller: Principal) -> AsyncIterator[tuple[MemorySer
         await session.close()
 
 
-async def test_a_write_sends_four_statements(api: Api) -> None:
-    """Where the caller may write (grants and personal space), the key lock with the clock,
-    the newest version with the supersession, the insert."""
+async def test_a_write_sends_five_statements(api: Api) -> None:
+    """Where the caller may write (grants, personal space, space settings), the subject and
+    key locks with the clock, the write gate's look at the subject's live keys (issue 12), the
+    newest version with the supersession, the insert."""
     alice = await api.new_agent("alice")
     await api.remember(alice, key="deploy.window", value="Tuesdays")
     caller = _caller(api, alice)
@@ -64,14 +65,28 @@ async def test_a_write_sends_four_statements(api: Api) -> None:
         written = await service.write(caller, data)
         assert written.memory.version == 2
         assert len(written.superseded) == 1
-        assert len(sent) == 4, sent
+        assert len(sent) == 5, sent
 
 
-async def test_a_fresh_key_is_written_in_four_statements_too(api: Api) -> None:
+async def test_a_fresh_key_is_written_in_five_statements_too(api: Api) -> None:
     alice = await api.new_agent("alice")
     caller = _caller(api, alice)
     async with _service(api, caller) as (service, sent):
         data = MemoryCreate(subject="service:billing", kind="fact", key="new", value="first")
+        written = await service.write(caller, data)
+        assert (written.memory.version, written.superseded) == (1, [])
+        assert len(sent) == 5, sent
+
+
+async def test_new_key_skips_the_gate_statement(api: Api) -> None:
+    """`new_key: true` (or a space with the gate off) writes in the four statements of before
+    the gate: no subject lock, no look at the subject's keys."""
+    alice = await api.new_agent("alice")
+    await api.remember(alice, key="deploy.window", value="Tuesdays")
+    caller = _caller(api, alice)
+    async with _service(api, caller) as (service, sent):
+        data = MemoryCreate(subject="service:billing", kind="fact", key="deploy.freeze",
+                            value="Fridays", new_key=True)  # fmt: skip
         written = await service.write(caller, data)
         assert (written.memory.version, written.superseded) == (1, [])
         assert len(sent) == 4, sent

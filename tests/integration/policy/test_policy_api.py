@@ -370,6 +370,7 @@ POLICY_ROUTES = [
     ("DELETE", "/v1/teams/{id}/members/{id}", "manage:policy"),
     ("POST", "/v1/spaces", "manage:policy"),
     ("GET", "/v1/spaces", "manage:policy"),
+    ("PUT", "/v1/spaces/{id}/settings", "manage:policy"),
     ("PUT", "/v1/spaces/{id}/grants/{id}/{id}", "manage:policy"),
     ("DELETE", "/v1/spaces/{id}/grants/{id}/{id}", "manage:policy"),
     ("GET", "/v1/spaces/{id}/access/{id}", "read:policy"),
@@ -404,7 +405,7 @@ async def test_no_token_missing_scope_and_no_policy_grant_are_refused(
     api: Api, method: str, template: str, scope: str
 ) -> None:
     path = _concrete(template)
-    body = {"name": "x"} if method == "POST" else None
+    body = {"name": "x"} if method == "POST" else {} if template.endswith("/settings") else None
     assert_problem(await api.http.request(method, path, json=body), 401, "unauthenticated")
     alice = await api.new_agent("alice")
     refused = await api.http.request(method, path, json=body, headers=alice.headers)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from typing import Any
 
 import msgspec
 import pytest
@@ -18,8 +19,15 @@ from tests.fixtures.api import Api
 from tests.integration.quotas.support import assert_limited, audit_of, limit, stored
 
 
-def note(key: str, value: str = "Tuesday") -> dict[str, str]:
-    return {"subject": "service:billing", "kind": "fact", "key": key, "value": value}
+def note(key: str, value: str = "Tuesday") -> dict[str, Any]:
+    """A distinct fact of the subject per key (`new_key`: past the write gate)."""
+    return {
+        "subject": "service:billing",
+        "kind": "fact",
+        "key": key,
+        "value": value,
+        "new_key": True,
+    }
 
 
 def stored_bytes(key: str, value: str = "Tuesday") -> int:

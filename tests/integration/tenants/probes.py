@@ -610,6 +610,14 @@ PROBES: tuple[Probe, ...] = (
         _user_id,
         "principal-not-found",
     ),
+    Probe(
+        "PUT /v1/spaces/{id}/settings",
+        ID,
+        "space",
+        lambda side, value: Ask("PUT", f"/v1/spaces/{value}/settings", json={"write_gate": True}),
+        space_id_of,
+        "space-unknown",
+    ),
     _id(
         "GET /v1/spaces/{id}/access/{id}",
         "/v1/spaces/{value}/access/read",

@@ -1,0 +1,47 @@
+"""Per-space settings: the gates on writes into a space (docs/recall.md, "Write gate").
+
+Stored as `spaces.settings` (jsonb) and set whole by a policy admin through
+`PUT /v1/spaces/{id}/settings`; read by the write path in the statement that finds where the
+caller may write (service/policy/visible.py `write_targets`), so a write pays no extra round
+trip for them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+
+class SpaceSettings(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """A space's gates; a field left out takes its default."""
+
+    write_gate: bool = True
+    """A write of a key new to its subject, while that subject already has live memories of
+    the same kind under other keys in this space, answers 409 `key-choice-required` listing
+    them (reuse one, or resend with `new_key: true`). On by default: a writer who does not know
+    the old key would otherwise leave the stale value live beside the new one."""
+    evidence_gate: bool = False
+    """Writes of kind `summary` or `decision` must cite at least one `derived_from` memory the
+    writer can read (422 `evidence-required`). Off by default: plenty of decisions are stated,
+    not derived, and a space opts in when it wants every one traceable."""
+
+
+DEFAULT = SpaceSettings()
+
+
+def stored(raw: object) -> SpaceSettings:
+    """The settings as stored (validated when written). Anything unreadable counts as the
+    defaults, which keep both gates as safe as they come (the write gate on)."""
+    try:
+        return msgspec.convert(raw or {}, SpaceSettings)
+    except msgspec.ValidationError:
+        return DEFAULT
+
+
+def to_stored(settings: SpaceSettings) -> dict[str, Any]:
+    """What the column holds: only the fields that differ from the defaults (answers show
+    every field)."""
+    given: dict[str, Any] = msgspec.to_builtins(settings)
+    defaults: dict[str, Any] = msgspec.to_builtins(DEFAULT)
+    return {name: value for name, value in given.items() if defaults[name] != value}
