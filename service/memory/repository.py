@@ -668,7 +668,10 @@ def _lexical_leg(
         select(
             pool.c.id,
             pool.c.distance,
-            cast(func.sum(idf.c.idf) / func.nullif(total, 0), Float).label("weight"),
+            # (least: float sums may pass 1 by a rounding error)
+            cast(func.least(func.sum(idf.c.idf) / func.nullif(total, 0), 1.0), Float).label(
+                "weight"
+            ),
         )
         .select_from(pool.join(idf, idf.c.term == func.any(pool.c.lexemes)))
         .group_by(pool.c.id, pool.c.distance)

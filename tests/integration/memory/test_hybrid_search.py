@@ -96,7 +96,7 @@ async def _brute_force(
     idf = {t: math.log(1 + (n - df[t] + 0.5) / (df[t] + 0.5)) for t in terms}
     total = sum(idf.values())
     weight = {
-        row.id: sum(idf[t] for t in terms if t in row.lexemes) / total
+        row.id: min(1.0, sum(idf[t] for t in terms if t in row.lexemes) / total)
         for row in rows
         if any(t in row.lexemes for t in terms)
     }
@@ -208,8 +208,13 @@ async def test_an_unrelated_question_answers_nothing_and_min_score_0_answers_k(a
 async def test_lexical_mode_finds_an_identifier_and_ranks_by_term_weight(api: Api) -> None:
     alice, _, values = await _world(api)
     hits = await _hits(api, alice, "redis-cache-03", k=5, mode="lexical")
-    assert [values[h["memory"]["id"]] for h in hits] == [ALICE[3]]
+    # The row naming it holds every term; the sibling shares only 'redis' and 'cache'.
+    assert values[hits[0]["memory"]["id"]] == ALICE[3]
     assert hits[0]["lexical_score"] == pytest.approx(1.0)
+    weights = [h["lexical_score"] for h in hits]
+    assert weights == sorted(weights, reverse=True)
+    assert all(w >= 0.5 for w in weights)  # the default lexical floor
+    assert {values[h["memory"]["id"]] for h in hits} <= {ALICE[2], ALICE[3]}
     assert -1.0 <= hits[0]["score"] <= 1.0  # the cosine, in every mode
     vector_only = await _hits(api, alice, "redis-cache-03", k=5, mode="vector")
     assert all(h["lexical_score"] is None and h["fused_score"] is None for h in vector_only)
