@@ -653,7 +653,8 @@ def _lexical_leg(
         .cte("pool")
         .prefix_with("MATERIALIZED")
     )
-    visible_rows = scope.select(func.count()).where(*filters.conditions()).scalar_subquery()
+    # Behind the same size gate as the pool: a set too large to rank is not counted either.
+    visible_rows = scope.select(func.count()).where(*filters.conditions(), *gate).scalar_subquery()
     term = func.unnest(terms).table_valued("term", name="term_rows").render_derived()
     df = (
         select(term.c.term, func.count(pool.c.id).label("df"))

@@ -11,13 +11,19 @@ from typing import Any
 
 import numpy as np
 import pytest
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from sqlalchemy import text
 
 from service.memory.repository import RRF_K
 from service.settings import MemorySettings
 from tests.fixtures.api import Agent, Api
 from tests.integration.memory.support import as_owner, assert_problem
-from tests.integration.memory.test_search_strategy import ALWAYS_WALK, limits, settings
+from tests.integration.memory.test_search_strategy import (
+    ALWAYS_WALK,
+    _path_taken,
+    limits,
+    settings,
+)
 
 __all__ = ["settings"]  # the fixture `limits` parametrizes
 
@@ -169,16 +175,26 @@ async def test_hybrid_never_under_fills_among_the_hits_that_clear_the_floor(api:
 
 
 @limits(ALWAYS_WALK)
-async def test_on_the_approximate_path_the_fused_answer_is_the_same(api: Api) -> None:
-    """Past the exact limit the vector leg walks the HNSW index (or falls back to the exact
-    ranking when fewer than k of its rows clear the floor): on a set this small the walk finds
-    the true nearest, so the answer is the brute-force fusion, and never short."""
+async def test_on_the_approximate_path_the_fused_answer_is_the_same(
+    api: Api, span_exporter: InMemorySpanExporter
+) -> None:
+    """Past the exact limit the vector leg walks the HNSW index; the walk's answer stands when
+    at least k of its rows clear the floor, else both legs are ranked exactly. On a set this
+    small the walk finds the true nearest, so either way the answer is the brute-force fusion,
+    never short."""
     alice, rows, values = await _world(api)
+    span_exporter.clear()
     for query in QUERIES:
         for floor, request in ((0.25, {}), (None, {"min_score": 0})):
             expected = await _brute_force(api, rows, values, query, floor, 5)
             hits = await _hits(api, alice, query, k=5, **request)
             assert [h["memory"]["id"] for h in hits] == expected, (query, floor)
+            clearing = await _brute_force(api, rows, values, query, floor, len(rows))
+            path = _path_taken(span_exporter)
+            if floor is None:
+                assert path == "approximate", query  # the walk's rows all clear no floor
+            elif len(clearing) < 5:
+                assert path == "exact", query  # fewer than k clear: the walk cannot answer
 
 
 async def test_an_unrelated_question_answers_nothing_and_min_score_0_answers_k(api: Api) -> None:

@@ -7,6 +7,7 @@ walk would have found, and every read statement runs under a statement timeout."
 from __future__ import annotations
 
 import hashlib
+import itertools
 import uuid
 from dataclasses import replace
 from pathlib import Path
@@ -78,10 +79,8 @@ async def test_a_search_over_more_rows_than_the_fallback_cap_is_refused(api: Api
     alice, space_id = await _alice(api)
     await _load(api, alice, space_id, 59, kinds=4)
     before = await count_memories(api.runtime)
-    for floor in ({"min_score": 0.999}, {}):
-        response = await api.search(
-            alice, "anything", k=10, mode="vector", **({"min_score": 0} | floor)
-        )
+    for mode, floor in itertools.product(("vector", "hybrid", "lexical"), (0.999, 0)):
+        response = await api.search(alice, "anything", k=10, mode=mode, min_score=floor)
         problem = assert_problem(response, 422, "search-too-broad")
         assert "40" in problem["detail"]
         for hint in ("space_id", "kind", "subject"):
@@ -89,13 +88,14 @@ async def test_a_search_over_more_rows_than_the_fallback_cap_is_refused(api: Api
         assert problem["max_visible_rows"] == 40
     assert await count_memories(api.runtime) == before
 
-    narrowed = await api.search(
-        alice, "anything", k=20, filters={"kind": "preference"}, mode="vector", min_score=0
-    )
-    assert narrowed.status_code == 200, narrowed.text
-    hits = narrowed.json()["hits"]
-    assert len(hits) == 15  # above the exact limit, below the cap: the fallback still fills k
-    assert {hit["memory"]["kind"] for hit in hits} == {"preference"}
+    for mode in ("vector", "hybrid"):
+        narrowed = await api.search(
+            alice, "anything", k=20, filters={"kind": "preference"}, mode=mode, min_score=0
+        )
+        assert narrowed.status_code == 200, narrowed.text
+        hits = narrowed.json()["hits"]
+        assert len(hits) == 15  # above the exact limit, below the cap: the fallback fills k
+        assert {hit["memory"]["kind"] for hit in hits} == {"preference"}
 
 
 @limits(MemorySettings(exact_search_max_rows=10, search_fallback_max_rows=40))
