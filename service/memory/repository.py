@@ -617,15 +617,10 @@ def _terms(fusion: Fusion) -> ColumnElement[Any]:
     return func.tsvector_to_array(func.to_tsvector(config, fusion.text), type_=ARRAY(Text))
 
 
-def _any_term(terms: ColumnElement[Any]) -> ScalarSelect[Any]:
-    """`'t1' | 't2' | ...` as a tsquery built from the lexemes themselves (quoted, so nothing in
-    the query text is read as tsquery syntax): a row matching any term is a candidate. NULL
-    when the query has no term, which matches nothing."""
-    term = func.unnest(terms).table_valued("term", name="query_terms").render_derived()
-    escaped = func.replace(func.replace(term.c.term, "\\", "\\\\"), "'", "''")
-    quoted = literal("'", Text) + escaped + literal("'", Text)
-    joined = func.string_agg(quoted, literal(" | ", Text))
-    return select(cast(joined, TSQUERY)).select_from(term).scalar_subquery()
+def _quoted(term: ColumnElement[Any]) -> ColumnElement[str]:
+    """A lexeme as tsquery text, quoted, so nothing in the query is read as tsquery syntax."""
+    escaped = func.replace(func.replace(term, "\\", "\\\\"), "'", "''")
+    return literal("'", Text) + escaped + literal("'", Text)
 
 
 def _lexical_leg(
@@ -643,39 +638,49 @@ def _lexical_leg(
     N = visible rows, df = visible rows holding the term). Under the `simple` configuration
     "is" and "the" are in nearly every row, so they weigh nearly nothing and a row matching
     only them never reaches the lexical floor. Rarity is counted over the caller's own visible
-    rows only: counting other spaces' rows would let their words move the caller's ranks."""
-    terms = _terms(fusion)
+    rows only: counting other spaces' rows would let their words move the caller's ranks.
+
+    Each (row, term) pair is tested once with `@@` on a one-lexeme query (a binary search in
+    the row's sorted lexemes), not by comparing text arrays."""
+    term = func.unnest(_terms(fusion)).table_valued("term", name="query_terms").render_derived()
+    terms = (
+        select(term.c.term, cast(_quoted(term.c.term), TSQUERY).label("probe"))
+        .select_from(term)
+        .cte("terms")
+    )
+    # NULL when the query has no term, which matches nothing.
+    any_term = select(
+        cast(func.string_agg(_quoted(terms.c.term), literal(" | ", Text)), TSQUERY)
+    ).scalar_subquery()
     distance = Memory.embedding.cosine_distance(query_vector)
-    lexemes = func.tsvector_to_array(Memory.lexical, type_=ARRAY(Text))
     pool = (
-        scope.select(Memory.id.label("id"), distance.label("distance"), lexemes.label("lexemes"))
-        .where(*filters.conditions(), Memory.lexical.op("@@")(_any_term(terms)), *gate)
+        scope.select(Memory.id.label("id"), distance.label("distance"), Memory.lexical)
+        .where(*filters.conditions(), Memory.lexical.op("@@")(any_term), *gate)
         .cte("pool")
+        .prefix_with("MATERIALIZED")
+    )
+    held = (
+        select(pool.c.id, pool.c.distance, terms.c.term)
+        .select_from(pool.join(terms, pool.c.lexical.op("@@")(terms.c.probe)))
+        .cte("held")
         .prefix_with("MATERIALIZED")
     )
     # Behind the same size gate as the pool: a set too large to rank is not counted either.
     visible_rows = scope.select(func.count()).where(*filters.conditions(), *gate).scalar_subquery()
-    term = func.unnest(terms).table_valued("term", name="term_rows").render_derived()
     df = (
-        select(term.c.term, func.count(pool.c.id).label("df"))
-        .select_from(term.outerjoin(pool, term.c.term == func.any(pool.c.lexemes)))
-        .group_by(term.c.term)
-        .cte("df")
+        select(terms.c.term, func.count(held.c.id).label("df"))
+        .select_from(terms.outerjoin(held, held.c.term == terms.c.term))
+        .group_by(terms.c.term)
+        .subquery("df")
     )
     idf_value = func.ln(1.0 + (visible_rows - df.c.df + 0.5) / (df.c.df + 0.5))
     idf = select(df.c.term, idf_value.label("idf")).cte("idf")
     total = select(func.sum(idf.c.idf)).scalar_subquery()
+    share = func.least(func.sum(idf.c.idf) / func.nullif(total, 0), 1.0)  # rounding past 1
     weights = (
-        select(
-            pool.c.id,
-            pool.c.distance,
-            # (least: float sums may pass 1 by a rounding error)
-            cast(func.least(func.sum(idf.c.idf) / func.nullif(total, 0), 1.0), Float).label(
-                "weight"
-            ),
-        )
-        .select_from(pool.join(idf, idf.c.term == func.any(pool.c.lexemes)))
-        .group_by(pool.c.id, pool.c.distance)
+        select(held.c.id, held.c.distance, cast(share, Float).label("weight"))
+        .select_from(held.join(idf, idf.c.term == held.c.term))
+        .group_by(held.c.id, held.c.distance)
         .cte("weights")
     )
     heaviest = (
