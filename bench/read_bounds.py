@@ -42,7 +42,7 @@ from service.settings import MemorySettings
 K = 10
 
 
-def _settings(**changes: int) -> MemorySettings:
+def _settings(**changes: Any) -> MemorySettings:
     known = {f.name for f in fields(MemorySettings)}
     return replace(MemorySettings(), **{k: v for k, v in changes.items() if k in known})
 

@@ -27,9 +27,51 @@ def _env_int(name: str, default: int) -> int:
     return default if raw is None or raw == "" else int(raw)
 
 
+def _env_float(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    return default if raw is None or raw == "" else float(raw)
+
+
 def _env_bool(name: str, default: bool) -> bool:
     raw = os.environ.get(name)
     return default if raw is None or raw == "" else raw.strip().lower() in _TRUE
+
+
+TEXT_SEARCH_CONFIGS = (
+    "simple",
+    "arabic",
+    "armenian",
+    "basque",
+    "catalan",
+    "danish",
+    "dutch",
+    "english",
+    "estonian",
+    "finnish",
+    "french",
+    "german",
+    "greek",
+    "hindi",
+    "hungarian",
+    "indonesian",
+    "irish",
+    "italian",
+    "lithuanian",
+    "nepali",
+    "norwegian",
+    "portuguese",
+    "romanian",
+    "russian",
+    "serbian",
+    "spanish",
+    "swedish",
+    "tamil",
+    "turkish",
+    "yiddish",
+)
+"""The text search configurations PostgreSQL (16 and later) ships, the only ones a tenant may
+choose: `simple` (lower-cased words, no stemming, no stop words: any language, identifiers
+kept whole) and one Snowball stemmer with its stop words per language."""
 
 
 @dataclass(frozen=True)
@@ -313,6 +355,19 @@ class MemorySettings:
         `read-too-broad`), never runs on unbounded.
     default_ttl_seconds: no operator-wide default (None: a write without `ttl_seconds` never
         expires); a tenant's `default_ttl_seconds` setting fills it (service/tenants/settings.py).
+    score_floor: `MEMGATE_SEARCH_SCORE_FLOOR`; the cosine a hit must reach when neither the
+        request (`min_score`) nor the tenant (`score_floor`) names one (0..1; 0 = no floor).
+        0.25 sits between what the default WordLlama embedder gives unrelated questions
+        (<= 0.21) and real matches (>= 0.3): docs/recall.md, "Hybrid recall".
+    lexical_floor: `MEMGATE_SEARCH_LEXICAL_FLOOR`; the share of a query's term weight (0..1,
+        terms weighted by rarity among the rows the caller sees) a row must match to be a hit
+        on its words alone, below the cosine floor. Common words ("is", "the") weigh almost
+        nothing, so they never let a stranger in.
+    fusion_depth: `MEMGATE_SEARCH_FUSION_DEPTH`; how many candidates each leg of a hybrid
+        search ranks before reciprocal rank fusion (1..1000; a search of a larger `k` ranks
+        `k`, so either leg alone can fill its answer).
+    text_search_config: `MEMGATE_TEXT_SEARCH_CONFIG`; the PostgreSQL text search configuration
+        of tenants that choose none (service/tenants/settings.py `TEXT_SEARCH_CONFIGS`).
     """
 
     max_value_chars: int = 16_384
@@ -325,6 +380,10 @@ class MemorySettings:
     search_fallback_max_rows: int = 50_000
     read_statement_timeout_ms: int = 3_000
     default_ttl_seconds: int | None = None
+    score_floor: float = 0.25
+    lexical_floor: float = 0.5
+    fusion_depth: int = 100
+    text_search_config: str = "english"
 
     def __post_init__(self) -> None:
         # Refused at start: a bad value would otherwise fail every large search, per request.
@@ -340,6 +399,16 @@ class MemorySettings:
             )
         if self.read_statement_timeout_ms < 1:  # 0 would mean no timeout at all
             raise ValueError("MEMGATE_READ_STATEMENT_TIMEOUT_MS must be at least 1")
+        if not 0 <= self.score_floor <= 1:
+            raise ValueError("MEMGATE_SEARCH_SCORE_FLOOR must be between 0 and 1")
+        if not 0 < self.lexical_floor <= 1:
+            raise ValueError("MEMGATE_SEARCH_LEXICAL_FLOOR must be above 0 and at most 1")
+        if not 1 <= self.fusion_depth <= 1000:
+            raise ValueError("MEMGATE_SEARCH_FUSION_DEPTH must be between 1 and 1000")
+        if self.text_search_config not in TEXT_SEARCH_CONFIGS:
+            raise ValueError(
+                "MEMGATE_TEXT_SEARCH_CONFIG must be one of " + ", ".join(TEXT_SEARCH_CONFIGS)
+            )
 
     @classmethod
     def from_env(cls) -> MemorySettings:
@@ -353,6 +422,10 @@ class MemorySettings:
             ann_max_scan_tuples=_env_int("MEMGATE_SEARCH_ANN_MAX_SCAN", 40_000),
             search_fallback_max_rows=_env_int("MEMGATE_SEARCH_FALLBACK_MAX_ROWS", 50_000),
             read_statement_timeout_ms=_env_int("MEMGATE_READ_STATEMENT_TIMEOUT_MS", 3_000),
+            score_floor=_env_float("MEMGATE_SEARCH_SCORE_FLOOR", 0.25),
+            lexical_floor=_env_float("MEMGATE_SEARCH_LEXICAL_FLOOR", 0.5),
+            fusion_depth=_env_int("MEMGATE_SEARCH_FUSION_DEPTH", 100),
+            text_search_config=_env("MEMGATE_TEXT_SEARCH_CONFIG", "english"),
         )
 
 

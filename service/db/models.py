@@ -30,7 +30,7 @@ from sqlalchemy import (
     func,
     text,
 )
-from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TSVECTOR, UUID
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, REGCONFIG, TSVECTOR, UUID
 from sqlalchemy.orm import Mapped, mapped_column
 
 from service.db.base import Base
@@ -223,7 +223,15 @@ class Memory(Base):
             unique=True,
             postgresql_where=text(LIVE_ROW),
         ),
-        Index("ix_memories_lexical", "lexical", postgresql_using="gin"),
+        # The lexical leg of a search (migration 20261201_hybrid_recall): led by the tenant
+        # (btree_gin), so a search never reads another tenant's postings, and live rows only.
+        Index(
+            "ix_memories_lexical",
+            "tenant_id",
+            "lexical",
+            postgresql_using="gin",
+            postgresql_where=text(LIVE_ROW),
+        ),
         # The approximate search path (migration 20261130_ann_index): used only past
         # MEMGATE_SEARCH_EXACT_MAX_ROWS visible rows, with pgvector's iterative scan.
         Index(
@@ -254,8 +262,13 @@ class Memory(Base):
     )
     """NULL only on a retracted stub (which no search reads: stubs are closed)."""
     embedding_model: Mapped[str] = mapped_column(Text, nullable=False)
+    # The tenant's `text_search_config` when the row was written: its lexemes were made with
+    # it, and stay so when the tenant changes language (docs/recall.md).
+    lexical_config: Mapped[str] = mapped_column(
+        REGCONFIG, nullable=False, server_default=text("'simple'::regconfig")
+    )
     lexical: Mapped[Any] = mapped_column(
-        TSVECTOR, Computed("to_tsvector('simple', value)", persisted=True), deferred=True
+        TSVECTOR, Computed("to_tsvector(lexical_config, value)", persisted=True), deferred=True
     )
     valid_from: Mapped[datetime] = _now()
     valid_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

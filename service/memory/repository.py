@@ -12,17 +12,23 @@ from typing import cast as cast_type
 
 from sqlalchemy import (
     CTE,
+    BigInteger,
     ColumnElement,
+    Float,
+    FromClause,
     Row,
     ScalarSelect,
     Select,
+    Text,
     and_,
     cast,
     func,
     literal,
+    null,
+    or_,
     select,
 )
-from sqlalchemy.dialects.postgresql import ARRAY, UUID
+from sqlalchemy.dialects.postgresql import ARRAY, REGCONFIG, TSQUERY, UUID
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -139,6 +145,17 @@ class MemoryRow(Protocol):
 
 Hit = tuple[MemoryRow, float]
 """A search hit: the row and its score (cosine similarity)."""
+
+
+@dataclass(frozen=True)
+class FusedHit:
+    """A hit of a hybrid or lexical search: the row, its cosine, the share of the query's term
+    weight it matches (None: it matches no term), and its reciprocal-rank-fusion value."""
+
+    row: MemoryRow
+    score: float
+    lexical_score: float | None
+    fused_score: float
 
 
 def cast_row(row: Row[Any]) -> MemoryRow:
@@ -565,15 +582,26 @@ async def search_exact_within(
         if budget is not None:
             budget.restored = True
         return hits
-    # Nothing came back: nothing is visible, or a score floor cut everything, or the set was
-    # too large to rank. One statement tells them apart and sizes a large set (stopping past
-    # `count_limit`), whatever the walk would find.
+    sized = await _sized(session, scope, filters, size_limit, count_limit)
+    return hits if sized is None else sized
+
+
+async def _sized(
+    session: AsyncSession,
+    scope: Visible,
+    filters: MemoryFilters,
+    size_limit: int,
+    count_limit: int,
+) -> int | None:
+    """After an empty answer of a size-gated statement: None if the set was ranked (nothing
+    is visible, or a score floor cut everything), else how many rows the caller sees (up to
+    `count_limit` + 1). One statement tells them apart, whatever a walk would find."""
     limit = max(size_limit, count_limit) + 1
     bound = live_rows_up_to(scope, size_limit + 1, *filters.conditions())
     sized = select(bound, _visible_rows_up_to(scope, filters, limit))
     upper, counted = (await session.execute(sized)).one()
     ranked = int(upper) <= size_limit
-    return hits if ranked or int(counted) == 0 else int(counted)
+    return None if ranked or int(counted) == 0 else int(counted)
 
 
 def _exact(
@@ -629,6 +657,323 @@ def _fetch(scope: Visible, ranked: CTE, restore: ColumnElement[str] | None = Non
 
 def _hits(rows: Sequence[Row[Any]]) -> list[Hit]:
     return [(cast_row(row), float(row.score)) for row in rows]
+
+
+RRF_K = 60
+"""Reciprocal rank fusion's constant (Cormack, Clarke and Buettcher, SIGIR 2009): a candidate's
+fused value is the sum, over the legs that ranked it, of 1 / (RRF_K + its rank there). The
+paper's 60 flattens the top ranks, so a row both legs place well beats one a single leg puts
+first, and no leg's raw scores (cosines, term weights) have to be made comparable."""
+
+
+@dataclass(frozen=True)
+class Fusion:
+    """How a hybrid (or lexical-only) search ranks and admits its hits."""
+
+    text: str
+    """The query text, parsed into terms with `config` (the words written rows were parsed with)."""
+    config: str
+    """The tenant's text search configuration."""
+    depth: int
+    """How many candidates each leg ranks (at least k, so either leg alone can fill it)."""
+    vector_floor: float | None
+    """The cosine that admits a hit (None: no floor)."""
+    lexical_floor: float | None
+    """The share of the query's term weight that admits a hit below the cosine floor (None:
+    any matching row is admitted, the floor is off)."""
+    lexical_only: bool = False
+    """Only the lexical leg ranks (its hits still carry their cosine)."""
+
+
+def _terms(fusion: Fusion) -> ColumnElement[Any]:
+    """The query's distinct lexemes under the tenant's configuration (stop words of a language
+    configuration dropped), as `text[]`: a constant the planner folds once per statement."""
+    config = cast(literal(fusion.config), REGCONFIG)
+    return func.tsvector_to_array(func.to_tsvector(config, fusion.text), type_=ARRAY(Text))
+
+
+def _quoted(term: ColumnElement[Any]) -> ColumnElement[str]:
+    """A lexeme as tsquery text, quoted, so nothing in the query is read as tsquery syntax."""
+    escaped = func.replace(func.replace(term, "\\", "\\\\"), "'", "''")
+    return literal("'", Text) + escaped + literal("'", Text)
+
+
+def _lexical_leg(
+    scope: Visible,
+    query_vector: list[float],
+    filters: MemoryFilters,
+    fusion: Fusion,
+    gate: list[ColumnElement[bool]],
+) -> tuple[CTE, CTE]:
+    """(weights, ranked): every visible row matching a query term with its cosine distance and
+    its weight, and the `depth` heaviest of them with their rank.
+
+    A row's weight is the share of the query's term weight it holds, each term weighted by its
+    rarity among the rows the caller sees (BM25's idf: ln(1 + (N - df + 0.5) / (df + 0.5)),
+    N = visible rows, df = visible rows holding the term). Under the `simple` configuration
+    "is" and "the" are in nearly every row, so they weigh nearly nothing and a row matching
+    only them never reaches the lexical floor. Rarity is counted over the caller's own visible
+    rows only: counting other spaces' rows would let their words move the caller's ranks.
+
+    Each (row, term) pair is tested once with `@@` on a one-lexeme query (a binary search in
+    the row's sorted lexemes), not by comparing text arrays."""
+    term = func.unnest(_terms(fusion)).table_valued("term", name="query_terms").render_derived()
+    terms = (
+        select(term.c.term, cast(_quoted(term.c.term), TSQUERY).label("probe"))
+        .select_from(term)
+        .cte("terms")
+    )
+    # NULL when the query has no term, which matches nothing.
+    any_term = select(
+        cast(func.string_agg(_quoted(terms.c.term), literal(" | ", Text)), TSQUERY)
+    ).scalar_subquery()
+    distance = Memory.embedding.cosine_distance(query_vector)
+    pool = (
+        scope.select(Memory.id.label("id"), distance.label("distance"), Memory.lexical)
+        .where(*filters.conditions(), Memory.lexical.op("@@")(any_term), *gate)
+        .cte("pool")
+        .prefix_with("MATERIALIZED")
+    )
+    held = (
+        select(pool.c.id, pool.c.distance, terms.c.term)
+        .select_from(pool.join(terms, pool.c.lexical.op("@@")(terms.c.probe)))
+        .cte("held")
+        .prefix_with("MATERIALIZED")
+    )
+    # Behind the same size gate as the pool: a set too large to rank is not counted either.
+    visible_rows = scope.select(func.count()).where(*filters.conditions(), *gate).scalar_subquery()
+    df = (
+        select(terms.c.term, func.count(held.c.id).label("df"))
+        .select_from(terms.outerjoin(held, held.c.term == terms.c.term))
+        .group_by(terms.c.term)
+        .subquery("df")
+    )
+    idf_value = func.ln(1.0 + (visible_rows - df.c.df + 0.5) / (df.c.df + 0.5))
+    idf = select(df.c.term, idf_value.label("idf")).cte("idf")
+    total = select(func.sum(idf.c.idf)).scalar_subquery()
+    share = func.least(func.sum(idf.c.idf) / func.nullif(total, 0), 1.0)  # rounding past 1
+    weights = (
+        select(held.c.id, held.c.distance, cast(share, Float).label("weight"))
+        .select_from(held.join(idf, idf.c.term == held.c.term))
+        .group_by(held.c.id, held.c.distance)
+        .cte("weights")
+    )
+    heaviest = (
+        select(weights.c.id, weights.c.weight)
+        .order_by(weights.c.weight.desc(), weights.c.id)
+        .limit(fusion.depth)
+        .subquery("heaviest")
+    )
+    order = (heaviest.c.weight.desc(), heaviest.c.id)
+    ranked = select(heaviest.c.id, func.row_number().over(order_by=order).label("rank")).cte(
+        "lexical_ranked"
+    )
+    return weights, ranked
+
+
+def _vector_ranked(nearest: FromClause) -> CTE:
+    """Ranks (1 = nearest) over a leg's `depth` nearest (id, distance) rows."""
+    order = (nearest.c.distance, nearest.c.id)
+    return select(
+        nearest.c.id, nearest.c.distance, func.row_number().over(order_by=order).label("rank")
+    ).cte("vector_ranked")
+
+
+def _exact_nearest(
+    scope: Visible,
+    query_vector: list[float],
+    filters: MemoryFilters,
+    depth: int,
+    gate: list[ColumnElement[bool]],
+) -> FromClause:
+    """The `depth` nearest visible rows, by the plan `_exact` explains (no floor here: ranks
+    are over every visible row, and the rows that clear a floor are a prefix of them)."""
+    distance = Memory.embedding.cosine_distance(query_vector)
+    scored = scope.select(Memory.id.label("id"), distance.label("distance")).where(
+        *filters.conditions(), *gate
+    )
+    fenced = scored.offset(0).subquery("scored")
+    return (
+        select(fenced.c.id, fenced.c.distance)
+        .order_by(fenced.c.distance, fenced.c.id)
+        .limit(depth)
+        .subquery("nearest")
+    )
+
+
+def _fused(
+    scope: Visible,
+    query_vector: list[float],
+    filters: MemoryFilters,
+    fusion: Fusion,
+    *,
+    k: int,
+    nearest: FromClause | None,
+    gate: list[ColumnElement[bool]],
+    restore: ColumnElement[str] | None = None,
+) -> Select[Any]:
+    """One statement: both legs from the same `scope`, fused, the floor applied, the k best
+    fetched. `nearest` is the vector leg's (id, distance) rows (exact or walked; None for a
+    lexical-only search). Candidates are the union of both legs' `depth` best; a candidate is
+    admitted when its cosine clears the vector floor or its weight the lexical floor. Both
+    admitted sets are prefixes of their leg's order, so with depth >= k the answer holds k
+    rows whenever k visible rows clear the floor (never under-filled)."""
+    weights, lexical = _lexical_leg(scope, query_vector, filters, fusion, gate)
+    vector = None if nearest is None else _vector_ranked(nearest)
+    if vector is None:
+        candidates = select(
+            lexical.c.id,
+            cast(null(), Float).label("vector_distance"),
+            cast(null(), BigInteger).label("vector_rank"),
+            lexical.c.rank.label("lexical_rank"),
+        )
+    else:
+        candidates = select(
+            func.coalesce(vector.c.id, lexical.c.id).label("id"),
+            vector.c.distance.label("vector_distance"),
+            vector.c.rank.label("vector_rank"),
+            lexical.c.rank.label("lexical_rank"),
+        ).select_from(vector.outerjoin(lexical, vector.c.id == lexical.c.id, full=True))
+    cand = candidates.cte("candidates")
+    # A candidate the lexical leg alone found has its distance from its pool row; one the
+    # vector leg alone found may still match a term (below the heaviest `depth`): its weight.
+    distance = func.coalesce(cand.c.vector_distance, weights.c.distance)
+    rrf = func.coalesce(1.0 / (RRF_K + cand.c.vector_rank), 0.0) + func.coalesce(
+        1.0 / (RRF_K + cand.c.lexical_rank), 0.0
+    )
+    admitted: ColumnElement[bool] = literal(True)
+    if fusion.lexical_floor is not None:
+        by_words = weights.c.weight >= fusion.lexical_floor
+        if fusion.vector_floor is not None and not fusion.lexical_only:
+            admitted = or_(distance <= 1.0 - fusion.vector_floor, by_words)
+        else:
+            admitted = by_words
+    scored = (
+        select(
+            cand.c.id,
+            distance.label("distance"),
+            weights.c.weight,
+            cast(rrf, Float).label("fused"),
+            func.coalesce(admitted, False).label("admitted"),
+        )
+        .select_from(cand.outerjoin(weights, weights.c.id == cand.c.id))
+        .subquery("scored_candidates")
+    )
+    ranked = (
+        select(scored.c.id, scored.c.distance, scored.c.weight, scored.c.fused)
+        .where(scored.c.admitted)
+        .order_by(scored.c.fused.desc(), scored.c.distance, scored.c.id)
+        .limit(k)
+        .cte("fused")
+        .prefix_with("MATERIALIZED")
+    )
+    extra = [] if restore is None else [restore.label("restored")]
+    if vector is not None:
+        cleared = select(func.count()).select_from(vector)
+        if fusion.vector_floor is not None:
+            cleared = cleared.where(vector.c.distance <= 1.0 - fusion.vector_floor)
+        extra.append(cleared.scalar_subquery().label("vector_cleared"))
+    return (
+        scope.select(
+            *ANSWER,
+            (1.0 - ranked.c.distance).label("score"),
+            ranked.c.weight.label("lexical_score"),
+            ranked.c.fused.label("fused_score"),
+            *extra,
+        )
+        .join(ranked, and_(Memory.tenant_id == scope.tenant_id, Memory.id == ranked.c.id))
+        .order_by(ranked.c.fused.desc(), ranked.c.distance, Memory.id)
+    )
+
+
+def _fused_hits(rows: Sequence[Row[Any]]) -> list[FusedHit]:
+    return [
+        FusedHit(
+            cast_row(row),
+            float(row.score),
+            None if row.lexical_score is None else float(row.lexical_score),
+            float(row.fused_score),
+        )
+        for row in rows
+    ]
+
+
+async def search_fused_within(
+    session: AsyncSession,
+    scope: Visible,
+    query_vector: list[float],
+    filters: MemoryFilters,
+    fusion: Fusion,
+    *,
+    k: int,
+    size_limit: int | None,
+    count_limit: int,
+    budget: ReadBudget | None = None,
+) -> list[FusedHit] | int:
+    """`search_exact_within` for a hybrid or lexical search: both legs ranked exactly in one
+    statement if the caller's spaces hold at most `size_limit` live rows (None: whatever the
+    size, for a lexical-only search or the fallback of a walk); else how many rows the caller
+    sees, up to `count_limit` + 1, and nothing ranked."""
+    gate: list[ColumnElement[bool]] = []
+    if size_limit is not None:
+        bound = live_rows_up_to(scope, size_limit + 1, *filters.conditions())
+        gate.append(bound <= size_limit)
+    nearest = (
+        None
+        if fusion.lexical_only
+        else _exact_nearest(scope, query_vector, filters, fusion.depth, gate)
+    )
+    restore = None if budget is None else budget.restoring()
+    statement = _fused(
+        scope, query_vector, filters, fusion, k=k, nearest=nearest, gate=gate, restore=restore
+    )
+    hits = _fused_hits((await session.execute(statement)).all())
+    if hits or size_limit is None:
+        if hits and budget is not None:
+            budget.restored = True
+        return hits
+    sized = await _sized(session, scope, filters, size_limit, count_limit)
+    return hits if sized is None else sized
+
+
+async def search_fused_approximate(
+    session: AsyncSession,
+    scope: Visible,
+    query_vector: list[float],
+    filters: MemoryFilters,
+    fusion: Fusion,
+    *,
+    k: int,
+    tuning: AnnTuning,
+) -> tuple[list[FusedHit], int]:
+    """A hybrid search whose vector leg walks the HNSW index (as `search_approximate` does, for
+    `depth` rows) and whose lexical leg is exact, in one statement; also answers how many of
+    the walk's rows clear the vector floor (the answer stands only when at least k do)."""
+    distance = Memory.embedding.cosine_distance(query_vector)
+    nearest = (
+        scope.select(Memory.id.label("id"), distance.label("distance"))
+        .where(*filters.conditions())
+        .order_by(distance)
+        .limit(fusion.depth)
+        .cte("nearest")
+        .prefix_with("MATERIALIZED")
+    )
+    walk = {
+        "hnsw.iterative_scan": "strict_order",
+        "hnsw.ef_search": str(max(tuning.ef_search, fusion.depth)),
+        "hnsw.max_scan_tuples": str(tuning.max_scan_tuples),
+        "enable_sort": "off",
+    }
+    sorting = await _set_local(session, walk, answering="enable_sort")
+    restore = func.set_config("enable_sort", sorting, True)
+    statement = _fused(
+        scope, query_vector, filters, fusion, k=k, nearest=nearest, gate=[], restore=restore
+    )
+    rows = (await session.execute(statement)).all()
+    if not rows:
+        await _set_local(session, {"enable_sort": sorting}, answering="enable_sort")
+        return [], 0
+    return _fused_hits(rows), int(rows[0].vector_cleared)
 
 
 async def key_of(session: AsyncSession, scope: Visible, memory_id: uuid.UUID) -> KeyRef | None:
@@ -746,7 +1091,10 @@ async def history(
 __all__ = [
     "ANSWER",
     "GROUPABLE",
+    "RRF_K",
     "AnnTuning",
+    "FusedHit",
+    "Fusion",
     "Hit",
     "KeyRef",
     "LiveKey",
@@ -770,5 +1118,7 @@ __all__ = [
     "search_approximate",
     "search_exact",
     "search_exact_within",
+    "search_fused_approximate",
+    "search_fused_within",
     "supersede",
 ]

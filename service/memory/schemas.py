@@ -34,6 +34,7 @@ KnownAt = Annotated[
         "instant (with a time zone). Default: now."
     ),
 ]
+SearchMode = Literal["hybrid", "vector", "lexical"]
 
 Subject = Annotated[
     str,
@@ -102,10 +103,34 @@ class SearchRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
         ),
     ]
     k: int | None = None
-    min_score: Annotated[float, msgspec.Meta(ge=-1.0, le=1.0)] | None = None
+    min_score: (
+        Annotated[
+            float,
+            msgspec.Meta(
+                ge=-1.0,
+                le=1.0,
+                description=(
+                    "The cosine a hit must reach. Omitted: your tenant's score floor (0.25 "
+                    "by default), so an unrelated query answers no hits. 0 (or less): no "
+                    "floor. A hybrid hit may also enter on its words alone, when it holds at "
+                    "least max(0.5, min_score) of the query's term weight."
+                ),
+            ),
+        ]
+        | None
+    ) = None
     filters: SearchFilters | None = None
     as_of: AsOf | None = None
     known_at: KnownAt | None = None
+    mode: Annotated[
+        SearchMode,
+        msgspec.Meta(
+            description=(
+                "hybrid (default): the vector and the full-text leg, fused by reciprocal rank; "
+                "vector: by cosine only; lexical: by the query's words only."
+            )
+        ),
+    ] = "hybrid"
 
 
 class Provenance(msgspec.Struct, kw_only=True):
@@ -206,10 +231,19 @@ class MemoryCounts(msgspec.Struct, kw_only=True):
 
 class SearchHit(msgspec.Struct, kw_only=True):
     score: float
+    """Cosine similarity of the hit to the query, in every mode (what `min_score` compares)."""
     memory: MemoryOut
+    lexical_score: float | None = None
+    """Share of the query's term weight the hit holds (0..1, terms weighted by how rare they
+    are among the memories you see); null when it holds no term, or in vector mode."""
+    fused_score: float | None = None
+    """The hit's reciprocal-rank-fusion value, sum of 1 / (60 + rank) over the legs that
+    ranked it (hybrid), or 1 / (60 + its lexical rank) (lexical); hits are in its order.
+    Null in vector mode, where hits are in `score` order."""
 
 
 class SearchResult(msgspec.Struct, kw_only=True):
     hits: list[SearchHit]
     k: int
     min_score: float | None
+    """The cosine floor that applied (the request's, else the tenant's default); null: none."""

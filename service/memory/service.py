@@ -316,23 +316,28 @@ class MemoryService:
         moment = time_travel(request.as_of, request.known_at)
         await self._check_space_filter(principal, filters.space_id)
         scope = visible(principal, Action.READ).at(moment)
+        floor = self._floor(request.min_score)
         [vector] = await self._embed(principal, request.query)
-        with span("memory.rank", {"memgate.search.k": k}) as rank:
+        attributes = {"memgate.search.k": k, "memgate.search.mode": request.mode}
+        with span("memory.rank", attributes) as rank:
             async with self._read_budget(SearchTooBroad):
-                hits, strategy = await self.rank(scope, vector, filters, k, request.min_score)
+                if request.mode == "vector":
+                    ranked, strategy = await self.rank(scope, vector, filters, k, floor)
+                    hits = [SearchHit(score=score, memory=to_out(row)) for row, score in ranked]
+                else:
+                    fusion = self._fusion(request, k, floor)
+                    fused, strategy = await self.rank_fused(scope, vector, filters, k, fusion)
+                    hits = [_fused_hit(hit) for hit in fused]
             rank.set_attribute("memgate.search.hits", len(hits))
             # Operators see the path; callers do not: whether the walk came back short depends
             # on rows they may not see (other tenants' too), so the answer must not tell.
             rank.set_attribute("memgate.search.strategy", strategy)
-        self._facts.add_targets(row.id for row, _ in hits)
+        self._facts.add_targets(hit.memory.id for hit in hits)
         self._facts.count(len(hits))
-        outs = await self._sources_you_can_read(principal, [to_out(row) for row, _ in hits])
-        scored = zip(hits, outs, strict=True)
-        return SearchResult(
-            hits=[SearchHit(score=score, memory=out) for (_, score), out in scored],
-            k=k,
-            min_score=request.min_score,
-        )
+        outs = await self._sources_you_can_read(principal, [hit.memory for hit in hits])
+        for hit, out in zip(hits, outs, strict=True):
+            hit.memory = out
+        return SearchResult(hits=hits, k=k, min_score=floor)
 
     async def _sources_you_can_read(
         self, principal: Principal, outs: list[MemoryOut]
@@ -354,6 +359,76 @@ class MemoryService:
             out.provenance.derived_from = shown
             out.provenance.derived_from_withheld = len(sources) - len(shown)
         return outs
+
+    def _floor(self, requested: float | None) -> float | None:
+        """The cosine floor of a search: the request's `min_score`, else the tenant's
+        `score_floor`, else the operator's (already merged into the limits). 0 or less: none."""
+        floor = self._limits.score_floor if requested is None else requested
+        return floor if floor > 0 else None
+
+    def _fusion(self, request: SearchRequest, k: int, floor: float | None) -> repository.Fusion:
+        # The lexical floor rises with a raised cosine floor (a caller asking for closer
+        # matches gets closer word matches too) and goes off with it.
+        lexical_floor = None if floor is None else max(self._limits.lexical_floor, floor)
+        return repository.Fusion(
+            text=request.query,
+            config=self._limits.text_search_config,
+            depth=max(k, self._limits.fusion_depth),
+            vector_floor=floor,
+            lexical_floor=lexical_floor,
+            lexical_only=request.mode == "lexical",
+        )
+
+    async def rank_fused(
+        self,
+        scope: Visible,
+        vector: list[float],
+        filters: MemoryFilters,
+        k: int,
+        fusion: repository.Fusion,
+    ) -> tuple[list[repository.FusedHit], Literal["exact", "approximate"]]:
+        """`rank` for a hybrid or lexical search, on the same paths: both legs exact in one
+        statement up to `exact_search_max_rows` visible rows; beyond, the vector leg walks
+        the HNSW index beside the exact lexical leg, and the answer stands if at least k of
+        the walk's rows clear the floor; otherwise both legs are ranked exactly after all, so
+        the fused answer is never under-filled among the hits that clear the floor. A
+        lexical-only search has no walk: its leg is exact whatever the size."""
+        limit, cap = self._limits.exact_search_max_rows, self._limits.search_fallback_max_rows
+        if scope.moment is not None:
+            # Both indexes are partial on live rows: a search back in time ranks every version
+            # that passes the predicate then, exactly (bounded by the read budget).
+            then = await repository.search_fused_within(
+                self._session, scope, vector, filters, fusion, k=k, size_limit=None, count_limit=cap
+            )
+            assert isinstance(then, list)  # no size limit: always ranked
+            return then, "exact"
+        exact = await repository.search_fused_within(
+            self._session,
+            scope,
+            vector,
+            filters,
+            fusion,
+            k=k,
+            size_limit=limit,
+            count_limit=cap,
+            budget=self._budget,
+        )
+        if isinstance(exact, list):
+            return exact, "exact"
+        if exact > cap:
+            raise _too_broad(cap)
+        if not fusion.lexical_only:
+            tuning = AnnTuning(self._limits.ann_ef_search, self._limits.ann_max_scan_tuples)
+            walked, cleared = await repository.search_fused_approximate(
+                self._session, scope, vector, filters, fusion, k=k, tuning=tuning
+            )
+            if cleared >= k:
+                return walked, "approximate"
+        everything = await repository.search_fused_within(
+            self._session, scope, vector, filters, fusion, k=k, size_limit=None, count_limit=cap
+        )
+        assert isinstance(everything, list)  # no size limit: always ranked
+        return everything, "exact"
 
     async def rank(
         self,
@@ -396,12 +471,7 @@ class MemoryService:
             # can answer depends on rows the caller may not see, so refusing only when it
             # could not would tell. Above the cap the exact fallback (linear in the visible
             # set, and forced by any `min_score` near 1) is never run.
-            raise SearchTooBroad(
-                f"This search covers more than {cap} memories visible to you, more than one "
-                "search may rank. Narrow it: filters.space_id, filters.kind, filters.subject "
-                "or filters.key. Nothing was changed.",
-                max_visible_rows=cap,
-            )
+            raise _too_broad(cap)
         tuning = AnnTuning(self._limits.ann_ef_search, self._limits.ann_max_scan_tuples)
         nearest = await repository.search_approximate(
             self._session, scope, vector, filters, k=k, tuning=tuning
@@ -611,6 +681,8 @@ class MemoryService:
             value=data.value,
             content_hash=content_hash(data.value),
             embedding=vector,
+            # The tenant's language now: the row's lexemes are made with it (docs/recall.md).
+            lexical_config=self._limits.text_search_config,
             # provider/model@dimensions: what a re-embedding job needs to find stale rows.
             embedding_model=f"{self._embedder.model_id}@{self._embedder.dimensions}",
             valid_from=data.valid_from or now,
@@ -623,6 +695,24 @@ class MemoryService:
             metadata_=data.metadata or {},
             version=previous.version + 1 if previous else 1,
         )
+
+
+def _too_broad(cap: int) -> SearchTooBroad:
+    return SearchTooBroad(
+        f"This search covers more than {cap} memories visible to you, more than one "
+        "search may rank. Narrow it: filters.space_id, filters.kind, filters.subject "
+        "or filters.key. Nothing was changed.",
+        max_visible_rows=cap,
+    )
+
+
+def _fused_hit(hit: repository.FusedHit) -> SearchHit:
+    return SearchHit(
+        score=hit.score,
+        memory=to_out(hit.row),
+        lexical_score=hit.lexical_score,
+        fused_score=hit.fused_score,
+    )
 
 
 def _invalid(field: str, detail: str, message: str) -> InvalidRequest:

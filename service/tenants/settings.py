@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from service.settings import MemorySettings
+from service.settings import TEXT_SEARCH_CONFIGS, MemorySettings
 
 if TYPE_CHECKING:
     from service.calls import Call
@@ -39,7 +39,12 @@ class TenantSettings(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=T
     max_page_size: int | None = None
     """The largest `limit` of a list page (1..MEMGATE_MAX_PAGE_SIZE)."""
     score_floor: float | None = None
-    """Default score floor of a search (0..1). Stored for the recall issue; not applied yet."""
+    """The cosine floor of a search that names no `min_score` (0..1; 0: no floor). Unset: the
+    operator's MEMGATE_SEARCH_SCORE_FLOOR (docs/recall.md, "Hybrid recall")."""
+    text_search_config: str | None = None
+    """The PostgreSQL text search configuration of the tenant's lexical leg ("simple",
+    "english", "german", ...: `TEXT_SEARCH_CONFIGS`), used for what is written from now on and
+    for every query. Rows written before a change keep their lexemes (docs/recall.md)."""
     default_ttl_seconds: int | None = None
     """The TTL of a write that gives none (1..315360000 s)."""
     retention_days: int | None = None
@@ -113,6 +118,14 @@ def merged(
                 allowed,
                 f"'settings.{key}' must be between {allowed}; got {value}.",
             )
+    config = checked.text_search_config
+    if config is not None and config not in TEXT_SEARCH_CONFIGS:
+        allowed = ", ".join(TEXT_SEARCH_CONFIGS)
+        raise SettingsInvalid(
+            "settings.text_search_config",
+            allowed,
+            f"'settings.text_search_config' must be one of {allowed}; got {config!r}.",
+        )
     out: dict[str, Any] = msgspec.to_builtins(checked)
     return out
 
@@ -134,6 +147,8 @@ def _kind(key: str) -> str:
         return "true or false"
     if key == "score_floor":
         return "a number 0..1"
+    if key == "text_search_config":
+        return "one of " + ", ".join(TEXT_SEARCH_CONFIGS)
     return "an integer"
 
 
@@ -151,6 +166,9 @@ def effective_limits(limits: MemorySettings, tenant: TenantSettings) -> MemorySe
         default_k=min(limits.default_k, _tighter(limits.max_k, tenant.max_k)),
         max_page_size=_tighter(limits.max_page_size, tenant.max_page_size),
         default_ttl_seconds=tenant.default_ttl_seconds or limits.default_ttl_seconds,
+        # Not limits but defaults: a tenant may set any floor and any shipped language.
+        score_floor=limits.score_floor if tenant.score_floor is None else tenant.score_floor,
+        text_search_config=tenant.text_search_config or limits.text_search_config,
     )
 
 

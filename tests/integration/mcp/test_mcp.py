@@ -73,7 +73,9 @@ async def test_remember_then_recall_and_the_write_is_committed_before_the_result
         rest = await api.http.get(f"/v1/memories/{memory['id']}", headers=alice.headers)
         async with mcp_session(base, alice.token) as second:
             again = payload(await second.call_tool("get_memory", {"id": memory["id"]}))
-        recalled = payload(await session.call_tool("recall", {"query": "deploy window", "k": 3}))
+        # "Fridays" shares nothing with the query: the floor is off to see the write.
+        recall = {"query": "deploy window", "k": 3, "min_score": 0}
+        recalled = payload(await session.call_tool("recall", recall))
         listed = payload(await session.call_tool("list_memories", {"kind": "fact"}))
         counted = payload(await session.call_tool("count_memories", {"group_by": "kind"}))
     assert {k: memory[k] for k in NOTE} == NOTE
@@ -90,6 +92,34 @@ async def test_remember_then_recall_and_the_write_is_committed_before_the_result
         "groups": [{"value": "fact", "count": 1}],
         "more_groups": False,
     }
+
+
+async def test_recall_answers_nothing_relevant_as_an_empty_list(api: Api, runtime: Runtime) -> None:
+    """The recall tool takes `mode` and `min_score` by the search operation's declaration: an
+    unrelated question is an empty list under the default floor in every mode, the floor
+    turned off brings the stranger back, and a lexical recall finds the identifier."""
+    alice = await api.new_agent("alice", token_scope="read:memory write:memory")
+    note = NOTE | {"value": "redis-cache-07 listens on port 6380"}
+    async with serving(runtime) as base, mcp_session(base, alice.token) as session:
+        schema = {t.name: t for t in (await session.list_tools()).tools}["recall"].input_schema
+        written = payload(await session.call_tool("remember", note))["memory"]
+        question = "What is the capital of Australia?"
+        nothing = {
+            mode: payload(await session.call_tool("recall", {"query": question, "mode": mode}))
+            for mode in ("hybrid", "vector", "lexical")
+        }
+        stranger = payload(await session.call_tool("recall", {"query": question, "min_score": 0}))
+        by_word = payload(
+            await session.call_tool("recall", {"query": "redis-cache-07", "mode": "lexical"})
+        )
+    assert schema["properties"]["mode"]["enum"] == ["hybrid", "lexical", "vector"]
+    assert "min_score" in schema["properties"]
+    for mode, answer in nothing.items():
+        assert answer["hits"] == [], mode
+        assert answer["min_score"] == 0.25
+    assert [hit["memory"]["id"] for hit in stranger["hits"]] == [written["id"]]
+    assert [hit["memory"]["id"] for hit in by_word["hits"]] == [written["id"]]
+    assert by_word["hits"][0]["lexical_score"] == pytest.approx(1.0)
 
 
 async def test_a_missing_scope_is_refused_like_rest_and_writes_nothing(
@@ -197,7 +227,7 @@ async def test_one_audit_row_per_tool_call_with_its_operation(
     async with serving(runtime) as base, mcp_session(base, alice.token) as session:
         await session.list_tools()
         memory = payload(await session.call_tool("remember", NOTE))["memory"]
-        await session.call_tool("recall", {"query": "deploy"})
+        await session.call_tool("recall", {"query": "deploy", "min_score": 0})
         await session.call_tool("get_memory", {"id": memory["id"]})
         await session.call_tool("list_memories", {})
         await session.call_tool("count_memories", {})

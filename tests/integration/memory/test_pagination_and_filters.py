@@ -147,7 +147,7 @@ async def test_search_filters(api: Api) -> None:
     await _fixtures(api, bob)
 
     async def found(**filters: str) -> list[str]:
-        response = await api.search(alice, "deploy", k=100, filters=filters)
+        response = await api.search(alice, "deploy", k=100, filters=filters, min_score=0)
         assert response.status_code == 200, response.text
         hits = response.json()["hits"]
         for hit in hits:
@@ -179,6 +179,6 @@ async def test_search_filters(api: Api) -> None:
     assert set(await found()) == set(ids.values())
     # A filter narrows before ranking: k=1 still finds the one match, however poorly it ranks.
     response = await api.search(
-        alice, "deploy", k=1, filters={"key": "owner", "kind": "preference"}
+        alice, "deploy", k=1, filters={"key": "owner", "kind": "preference"}, min_score=0
     )
     assert [hit["memory"]["id"] for hit in response.json()["hits"]] == [ids["search-pref-owner"]]

@@ -7,6 +7,7 @@ walk would have found, and every read statement runs under a statement timeout."
 from __future__ import annotations
 
 import hashlib
+import itertools
 import uuid
 from dataclasses import replace
 from pathlib import Path
@@ -78,8 +79,8 @@ async def test_a_search_over_more_rows_than_the_fallback_cap_is_refused(api: Api
     alice, space_id = await _alice(api)
     await _load(api, alice, space_id, 59, kinds=4)
     before = await count_memories(api.runtime)
-    for floor in ({"min_score": 0.999}, {}):
-        response = await api.search(alice, "anything", k=10, **floor)
+    for mode, floor in itertools.product(("vector", "hybrid", "lexical"), (0.999, 0)):
+        response = await api.search(alice, "anything", k=10, mode=mode, min_score=floor)
         problem = assert_problem(response, 422, "search-too-broad")
         assert "40" in problem["detail"]
         for hint in ("space_id", "kind", "subject"):
@@ -87,11 +88,14 @@ async def test_a_search_over_more_rows_than_the_fallback_cap_is_refused(api: Api
         assert problem["max_visible_rows"] == 40
     assert await count_memories(api.runtime) == before
 
-    narrowed = await api.search(alice, "anything", k=20, filters={"kind": "preference"})
-    assert narrowed.status_code == 200, narrowed.text
-    hits = narrowed.json()["hits"]
-    assert len(hits) == 15  # above the exact limit, below the cap: the fallback still fills k
-    assert {hit["memory"]["kind"] for hit in hits} == {"preference"}
+    for mode in ("vector", "hybrid"):
+        narrowed = await api.search(
+            alice, "anything", k=20, filters={"kind": "preference"}, mode=mode, min_score=0
+        )
+        assert narrowed.status_code == 200, narrowed.text
+        hits = narrowed.json()["hits"]
+        assert len(hits) == 15  # above the exact limit, below the cap: the fallback fills k
+        assert {hit["memory"]["kind"] for hit in hits} == {"preference"}
 
 
 @limits(MemorySettings(exact_search_max_rows=10, search_fallback_max_rows=40))
@@ -100,10 +104,12 @@ async def test_below_the_cap_a_floor_is_still_answered_exactly(api: Api) -> None
     under-filled); the cap only bounds how many rows that ranking may cost."""
     alice, space_id = await _alice(api)
     await _load(api, alice, space_id, 29)
-    everything = (await api.search(alice, "anything", k=30)).json()["hits"]
+    everything = (await api.search(alice, "anything", k=30, mode="vector", min_score=0)).json()[
+        "hits"
+    ]
     assert len(everything) == 30
     floor = (everything[4]["score"] + everything[5]["score"]) / 2
-    some = await api.search(alice, "anything", k=10, min_score=floor)
+    some = await api.search(alice, "anything", k=10, min_score=floor, mode="vector")
     assert [hit["memory"]["id"] for hit in some.json()["hits"]] == [
         hit["memory"]["id"] for hit in everything[:5]
     ]
@@ -118,7 +124,7 @@ async def test_a_read_past_its_statement_timeout_is_a_problem(api: Api) -> None:
     await _load(api, alice, space_id, 19_999)
     before = await count_memories(api.runtime)
 
-    search = await api.search(alice, "anything", k=10)
+    search = await api.search(alice, "anything", k=10, mode="vector", min_score=0)
     problem = assert_problem(search, 422, "search-too-broad")
     assert "1 ms" in problem["detail"]
     assert "space_id" in problem["detail"]

@@ -38,7 +38,7 @@ def _bruteforce(query: list[float], vectors: list[list[float]], ids: list[str]) 
 
 
 async def _search_ids(api: Api, agent: Agent, **fields: Any) -> list[dict[str, Any]]:
-    response = await api.search(agent, QUERY, **fields)
+    response = await api.search(agent, QUERY, **({"mode": "vector", "min_score": 0} | fields))
     assert response.status_code == 200, response.text
     hits: list[dict[str, Any]] = response.json()["hits"]
     return hits
@@ -133,15 +133,15 @@ async def test_high_min_score_answers_nothing_relevant(api: Api) -> None:
     alice = await api.new_agent("alice")
     for n, value in enumerate(ALICE_VALUES[:5]):
         await api.remember(alice, key=f"alice.{n}", value=value)
-    response = await api.search(alice, QUERY, k=10, min_score=0.99)
+    response = await api.search(alice, QUERY, k=10, min_score=0.99, mode="vector")
     assert response.status_code == 200, response.text
     assert response.json() == {"hits": [], "k": 10, "min_score": 0.99}
 
     # A threshold the best hit clears keeps exactly the hits above it.
-    everything = (await api.search(alice, QUERY, k=10)).json()["hits"]
+    everything = (await api.search(alice, QUERY, k=10, min_score=0, mode="vector")).json()["hits"]
     assert len(everything) == 5
     threshold = (everything[1]["score"] + everything[2]["score"]) / 2
-    some = await api.search(alice, QUERY, k=10, min_score=threshold)
+    some = await api.search(alice, QUERY, k=10, min_score=threshold, mode="vector")
     assert [hit["memory"]["id"] for hit in some.json()["hits"]] == [
         hit["memory"]["id"] for hit in everything[:2]
     ]

@@ -116,8 +116,8 @@ async def _searches(
     spans.clear()
     for query, vector in zip(queries, await api.runtime.embedder.embed(queries), strict=True):
         truth = _brute_force(vector, mine)[:K]
-        floor = {"min_score": truth[-1][1] - 1e-4} if floor_at_kth else {}
-        response = await api.search(alice, query, k=K, **floor)
+        floor = {"min_score": truth[-1][1] - 1e-4} if floor_at_kth else {"min_score": 0}
+        response = await api.search(alice, query, k=K, mode="vector", **floor)
         assert response.status_code == 200, response.text
         outcomes.append((response.json(), _path_taken(spans), truth))
     return outcomes
@@ -216,15 +216,15 @@ async def test_a_floor_that_cuts_into_the_walk_is_answered_exactly(
 ) -> None:
     alice, _ = await _world(api)
     query = "who owns the billing service"
-    everything = (await api.search(alice, query, k=K)).json()
+    everything = (await api.search(alice, query, k=K, min_score=0, mode="vector")).json()
     assert _path_taken(span_exporter) == "approximate"
     scores = [hit["score"] for hit in everything["hits"]]
     floor = (scores[2] + scores[3]) / 2
-    some = (await api.search(alice, query, k=K, min_score=floor)).json()
+    some = (await api.search(alice, query, k=K, min_score=floor, mode="vector")).json()
     assert _path_taken(span_exporter) == "exact"
     assert len(some["hits"]) >= 3
     assert all(hit["score"] >= floor for hit in some["hits"])
-    nothing = (await api.search(alice, query, k=K, min_score=0.9999)).json()
+    nothing = (await api.search(alice, query, k=K, min_score=0.9999, mode="vector")).json()
     assert nothing["hits"] == []
 
 
@@ -269,7 +269,7 @@ async def test_rows_in_her_spaces_she_cannot_read_never_cost_her_completeness(
     span_exporter.clear()
     for query, vector in zip(texts[13:23], vectors[:10], strict=True):
         truth = [i for i, _ in _brute_force(vector, mine)[:K]]
-        response = await api.search(alice, query, k=K)
+        response = await api.search(alice, query, k=K, min_score=0, mode="vector")
         assert response.status_code == 200, response.text
         ids = [hit["memory"]["id"] for hit in response.json()["hits"]]
         assert ids == truth

@@ -31,7 +31,7 @@ async def _listed(api: Api, agent: Agent, **params: str) -> list[str]:
 
 
 async def _found(api: Api, agent: Agent, query: str, **fields: Any) -> list[str]:
-    response = await api.search(agent, query, k=50, **fields)
+    response = await api.search(agent, query, k=50, **({"min_score": 0} | fields))
     assert response.status_code == 200, response.text
     return [hit["memory"]["id"] for hit in response.json()["hits"]]
 

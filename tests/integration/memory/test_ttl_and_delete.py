@@ -31,7 +31,7 @@ async def test_expired_memory_disappears_everywhere_at_once(api: Api) -> None:
     assert got.json()["id"] == brief["id"]
     listed = await api.http.get("/v1/memories", headers=alice.headers)
     assert {item["id"] for item in listed.json()["items"]} == {keeper["id"], brief["id"]}
-    found = await api.search(alice, "deploy lock", k=10)
+    found = await api.search(alice, "deploy lock", k=10, min_score=0)
     assert brief["id"] in [hit["memory"]["id"] for hit in found.json()["hits"]]
 
     await asyncio.sleep(1.5)
@@ -50,9 +50,11 @@ async def test_expired_memory_disappears_everywhere_at_once(api: Api) -> None:
         "/v1/memories", params={"key": "deploy.lock"}, headers=alice.headers
     )
     assert filtered.json() == {"items": [], "next_cursor": None}
-    found = await api.search(alice, "deploy lock held by alice", k=10)
+    found = await api.search(alice, "deploy lock held by alice", k=10, min_score=0)
     assert [hit["memory"]["id"] for hit in found.json()["hits"]] == [keeper["id"]]
-    by_key = await api.search(alice, "deploy lock", k=10, filters={"key": "deploy.lock"})
+    by_key = await api.search(
+        alice, "deploy lock", k=10, filters={"key": "deploy.lock"}, min_score=0
+    )
     assert by_key.json()["hits"] == []
 
     # The key is free again: the new write is live and the only visible version.
@@ -63,7 +65,9 @@ async def test_expired_memory_disappears_everywhere_at_once(api: Api) -> None:
         "/v1/memories", params={"key": "deploy.lock"}, headers=alice.headers
     )
     assert [item["id"] for item in listed.json()["items"]] == [again["id"]]
-    found = await api.search(alice, "deploy lock", k=10, filters={"key": "deploy.lock"})
+    found = await api.search(
+        alice, "deploy lock", k=10, filters={"key": "deploy.lock"}, min_score=0
+    )
     assert [hit["memory"]["id"] for hit in found.json()["hits"]] == [again["id"]]
     rows = await memory_rows(api.runtime, "key = 'deploy.lock'")
     assert len(rows) == 2
@@ -107,7 +111,7 @@ async def test_delete_removes_from_get_list_and_search(api: Api) -> None:
     )
     listed = await api.http.get("/v1/memories", headers=alice.headers)
     assert [item["id"] for item in listed.json()["items"]] == [kept["id"]]
-    found = await api.search(alice, "deploys happen on friday", k=10)
+    found = await api.search(alice, "deploys happen on friday", k=10, min_score=0)
     assert [hit["memory"]["id"] for hit in found.json()["hits"]] == [kept["id"]]
     # Retracted, not removed: a content-free stub keeps the id and its number (issue 12).
     [stub] = await memory_rows(api.runtime, "id = :id", id=doomed["id"])
@@ -146,7 +150,7 @@ async def test_deleting_another_principals_memory_is_404_and_keeps_it(api: Api) 
     assert still.json()["status"] == "live"
     assert still.json()["value"] == "bob's deploy window is monday"
     assert await count_memories(api.runtime) == 1
-    found = await api.search(bob, "deploy window", k=5)
+    found = await api.search(bob, "deploy window", k=5, min_score=0)
     assert [hit["memory"]["id"] for hit in found.json()["hits"]] == [bobs["id"]]
 
 

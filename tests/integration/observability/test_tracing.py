@@ -74,6 +74,7 @@ async def test_a_search_is_one_trace_with_the_expected_spans(
     assert [s for s in sql if s.parent and s.parent.span_id == auth.context.span_id]
     assert rank.attributes == {
         "memgate.search.k": 3,
+        "memgate.search.mode": "hybrid",
         "memgate.search.hits": 1,
         "memgate.search.strategy": "exact",
     }

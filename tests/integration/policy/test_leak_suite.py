@@ -8,6 +8,7 @@ test_token_exchange.py."""
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +22,12 @@ from tests.integration.audit.support import audit_rows
 from tests.integration.memory.support import as_owner, assert_problem
 
 SUBJECT, KEY = "service:billing", "deploy.window"
+
+
+def unique_word(canary: str) -> str:
+    """A word only this canary's memory holds (one lexeme under any configuration), so that a
+    lexical search for it can only find that memory."""
+    return "zq" + hashlib.sha256(canary.encode()).hexdigest()[:10]
 
 
 @dataclass
@@ -58,7 +65,7 @@ async def _build(api: Api) -> World:
         teams[team_name] = (team, space, set(members))
 
     async def write(who: str, canary: str, readers: set[str], **fields: Any) -> dict[str, Any]:
-        value = f"{canary} the deploy window note of {who}"
+        value = f"{canary} the deploy window note of {who} {unique_word(canary)}"
         memory = await world.apis[who].remember(
             agents[who], subject=SUBJECT, key=KEY, value=value, **fields
         )
@@ -82,7 +89,8 @@ async def _build(api: Api) -> World:
         agents["alice"],
         subject=SUBJECT,
         key="deploy.summary",
-        value="canary-derived-summary from alice's private note",
+        value="canary-derived-summary from alice's private note "
+        + unique_word("canary-derived-summary"),
         space_id=billing_space["id"],
         derived_from=[private_alice["id"]],
     )
@@ -107,8 +115,12 @@ async def test_no_principal_ever_receives_a_canary_it_may_not_read(api: Api) -> 
         for who, agent in world.agents.items():
             http = world.apis[who].http
             seen: list[str] = []
-            found = await world.apis[who].search(agent, "deploy window note", k=100)
-            seen.append(found.text)
+            for mode in ("hybrid", "vector", "lexical"):
+                found = await world.apis[who].search(
+                    agent, "deploy window note", k=100, mode=mode, min_score=0
+                )
+                assert found.status_code == 200, found.text
+                seen.append(found.text)
             for params in (
                 {},
                 {"subject": SUBJECT},
@@ -144,6 +156,27 @@ async def test_no_principal_ever_receives_a_canary_it_may_not_read(api: Api) -> 
             assert readable <= {c for c in world.readers if c in everything}, who
     for canary in world.readers:
         assert canary not in repr(events), "a canary reached the logs"
+
+
+async def test_a_lexical_search_for_a_canary_word_finds_it_only_for_its_readers(
+    api: Api,
+) -> None:
+    """The lexical leg reads postings under the same Visible: another principal's or another
+    tenant's unique word answers nothing at all (floor off, every mode), and its own readers
+    get exactly that memory."""
+    world = await _build(api)
+    for who, agent in world.agents.items():
+        for canary, readers in world.readers.items():
+            word = unique_word(canary)
+            for mode in ("lexical", "hybrid"):
+                found = await world.apis[who].search(agent, word, k=100, mode=mode, min_score=0)
+                assert found.status_code == 200, found.text
+                hits = found.json()["hits"]
+                assert _leaks(found.text, who, world) == [], (who, canary, mode)
+                holding = [h for h in hits if word in h["memory"]["value"]]
+                assert len(holding) == (1 if who in readers else 0), (who, canary, mode)
+                if mode == "lexical":
+                    assert hits == holding, (who, canary)  # nothing else holds the word
 
 
 async def test_rls_alone_agrees_with_the_leak_table(api: Api) -> None:

@@ -398,6 +398,24 @@ PROBES: tuple[Probe, ...] = (
         json={"query": "the canary-glbx02-content of this tenant", "k": 50},
         caller=_agent,
     ),
+    _listing(
+        "POST /v1/memories/search",
+        "the other tenant's content as a lexical query, floor off",
+        # The lexical leg's postings are read under Visible too: nothing of the other tenant.
+        json={
+            "query": "the canary-glbx02-content of this tenant",
+            "k": 50,
+            "mode": "lexical",
+            "min_score": 0,
+        },
+        caller=_agent,
+    ),
+    _listing(
+        "POST /v1/memories/search",
+        "the other tenant's content as a hybrid query, floor off",
+        json={"query": "the canary-glbx02-content of this tenant", "k": 50, "min_score": 0},
+        caller=_agent,
+    ),
     Probe(
         "GET /v1/memories/counts",
         FILTER,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from service.settings import MemorySettings
@@ -14,9 +16,14 @@ from service.settings import MemorySettings
         ({"ann_ef_search": 0}, "MEMGATE_SEARCH_ANN_EF"),
         ({"ann_ef_search": 2000}, "MEMGATE_SEARCH_ANN_EF"),
         ({"ann_max_scan_tuples": 0}, "MEMGATE_SEARCH_ANN_MAX_SCAN"),
+        ({"score_floor": 1.5}, "MEMGATE_SEARCH_SCORE_FLOOR"),
+        ({"score_floor": -0.1}, "MEMGATE_SEARCH_SCORE_FLOOR"),
+        ({"lexical_floor": 0}, "MEMGATE_SEARCH_LEXICAL_FLOOR"),
+        ({"fusion_depth": 0}, "MEMGATE_SEARCH_FUSION_DEPTH"),
+        ({"text_search_config": "klingon"}, "MEMGATE_TEXT_SEARCH_CONFIG"),
     ],
 )
-def test_out_of_range_search_limits_are_refused(fields: dict[str, int], named: str) -> None:
+def test_out_of_range_search_limits_are_refused(fields: dict[str, Any], named: str) -> None:
     with pytest.raises(ValueError, match=named):
         MemorySettings(**fields)
 
