@@ -59,10 +59,18 @@ def load_set(path: Path = DATA) -> RetrievalSet:
 async def store(
     client: httpx.AsyncClient, headers: dict[str, str], documents: Sequence[dict[str, str]]
 ) -> dict[str, str]:
-    """Write every document as a fact (its id is the key); memory id -> document id."""
+    """Write every document as a fact (its id is the key); memory id -> document id. Each is a
+    distinct fact of its subject, so each write says `new_key` (the write gate, docs/recall.md,
+    would otherwise offer the subject's other keys)."""
     by_memory = {}
     for doc in documents:
-        body = {"subject": doc["subject"], "kind": "fact", "key": doc["id"], "value": doc["value"]}
+        body = {
+            "subject": doc["subject"],
+            "kind": "fact",
+            "key": doc["id"],
+            "value": doc["value"],
+            "new_key": True,
+        }
         response = await client.post("/v1/memories", json=body, headers=headers)
         response.raise_for_status()
         by_memory[response.json()["memory"]["id"]] = doc["id"]
