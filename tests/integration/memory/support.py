@@ -121,7 +121,7 @@ def _memory_body(_: Targets) -> dict[str, Any]:
 
 
 def _search_body(_: Targets) -> dict[str, Any]:
-    return {"query": "what is in the matrix", "k": 5}
+    return {"query": "the caller's own memory", "k": 5}  # its words: clears the floor
 
 
 def _principal_body(_: Targets) -> dict[str, Any]:
