@@ -467,6 +467,36 @@ async def test_revert_writes_an_earlier_value_as_the_new_live_version(
     assert "tuesday" not in str(row)
 
 
+async def test_revert_after_deleting_the_head_is_not_stopped_by_the_write_gate(
+    api: Api,
+) -> None:
+    """Red-team (rt12 C): with the key's head deleted the key has no live value, so the
+    write gate took the revert for a new key and answered an undeclared 409. A revert
+    re-asserts a value of that very key: it passes, and continues the chain."""
+    alice = await api.new_agent("alice")
+    v1 = await api.remember(alice, **KEY, value="deploys on tuesday")
+    v2 = await api.remember(alice, **KEY, value="deploys on wednesday")
+    await api.remember(alice, subject=KEY["subject"], kind="fact", key="owner", value="billing")
+    deleted = await api.http.delete(f"/v1/memories/{v2['id']}", headers=alice.headers)
+    assert deleted.status_code == 204, deleted.text
+    response = await api.http.post(f"/v1/memories/{v1['id']}/revert", headers=alice.headers)
+    assert response.status_code == 201, response.text
+    written = response.json()
+    again = written["memory"]
+    assert written["superseded"] == []
+    assert (again["value"], again["version"], again["supersedes"]) == (
+        "deploys on tuesday",
+        3,
+        v2["id"],
+    )
+    history = await _history(api, alice, v1["id"])
+    assert [(i["version"], i["status"]) for i in history["items"]] == [
+        (3, "live"),
+        (2, "retracted"),
+        (1, "superseded"),
+    ]
+
+
 async def test_reverting_a_retracted_stub_is_a_problem_and_changes_nothing(api: Api) -> None:
     alice = await api.new_agent("alice")
     v1, v2 = await _chain(api, alice, 2)
