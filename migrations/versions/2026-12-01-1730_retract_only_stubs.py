@@ -31,6 +31,12 @@ the owner in a migration (which lifts FORCE) is not restricted, as the policies 
 restrict it. The retract policy's own check now also wants the stub closed. Stubs already
 left open are closed here.
 
+Also (rt12): the service no longer lists a memory's own space in its `read_requires` (it
+narrows nothing, and listing it put the memory in another chain than its key's). Rows that
+list it are normalized here, so old and new versions of a key are one chain again; a live row
+whose normalized audience already has a live version of its key (a chain the old rule had
+forked) keeps what it has. Visibility is the same either way, so downgrade leaves them.
+
 Revision ID: 20261201_retract_only_stubs
 Revises: 20261201_space_gates
 Create Date: 2026-12-01 17:30:00
@@ -117,6 +123,20 @@ ALTER TABLE memories ENABLE ALWAYS TRIGGER memories_retract_only;
 """
 
 
+NORMALIZE_AUDIENCE = """
+UPDATE memories m SET read_requires = array_remove(m.read_requires, m.space_id)
+ WHERE m.space_id = ANY (m.read_requires)
+   AND NOT (m.superseded_at IS NULL AND m.revoked_at IS NULL AND EXISTS (
+       SELECT 1 FROM memories o
+        WHERE o.tenant_id = m.tenant_id AND o.space_id = m.space_id
+          AND o.subject = m.subject AND o.kind = m.kind AND o.key = m.key
+          AND o.superseded_at IS NULL AND o.revoked_at IS NULL
+          AND o.read_requires = array_remove(m.read_requires, m.space_id)))
+"""
+"""A memory's own space out of its `read_requires`, unless that would put two live versions
+in one key's live slot (`uq_memories_live_key`)."""
+
+
 def _columns() -> str:
     return "'{" + ",".join(RETRACTION_COLUMNS) + "}'"
 
@@ -130,6 +150,7 @@ def upgrade() -> None:
         "UPDATE memories SET superseded_at = retracted_at "
         "WHERE retracted_at IS NOT NULL AND superseded_at IS NULL"
     )
+    op.execute(NORMALIZE_AUDIENCE)
     op.execute("ALTER TABLE memories FORCE ROW LEVEL SECURITY")
     op.execute(UPGRADE.replace(":columns", _columns()))
     op.execute(
