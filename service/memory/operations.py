@@ -103,6 +103,7 @@ REVERT = operation(
     Scope.WRITE_MEMORY,
     MemoryNotFound,
     VersionRetracted,
+    EvidenceRequired,
     ReadTooBroad,
     ValueTooLong,
     QuotaExceeded,

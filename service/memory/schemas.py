@@ -189,12 +189,25 @@ class AudienceNarrowing(msgspec.Struct, kw_only=True):
     detail: str
 
 
+class RevertNote(msgspec.Struct, kw_only=True):
+    """What a revert changed besides the value: the sources it could not carry over."""
+
+    sources_dropped: int
+    """How many of the reverted version's sources you can no longer read (deleted, expired,
+    revoked or out of your reach since): the new version does not cite them. Its audience
+    (`read_requires`) stays the reverted version's all the same: the value was derived from
+    them too."""
+    detail: str
+
+
 class MemoryWritten(msgspec.Struct, kw_only=True):
     memory: MemoryOut
     superseded: list[uuid.UUID]
     audience_narrowed: AudienceNarrowing | None = None
     """Set when `derived_from` narrowed who may read the memory below its space's readers;
     write from other sources (or into the narrower space) if that is not what you meant."""
+    reverted: RevertNote | None = None
+    """Set by a revert that could not cite every source of the version it brought back."""
 
 
 class MemoryPage(msgspec.Struct, kw_only=True):

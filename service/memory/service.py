@@ -7,8 +7,9 @@ import hashlib
 import json
 import unicodedata
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, cast, get_args
 
@@ -54,6 +55,7 @@ from service.memory.schemas import (
     MemoryPage,
     MemoryWritten,
     Provenance,
+    RevertNote,
     SearchFilters,
     SearchHit,
     SearchRequest,
@@ -85,6 +87,29 @@ OFFERED_WORDS, OFFERED_CHARS = 12, 120
 """How much of each offered key's value the 409 shows: enough to recognize the fact."""
 EVIDENCE_KINDS = frozenset({"summary", "decision"})
 """The kinds the evidence gate asks sources of."""
+
+
+@dataclass(frozen=True)
+class Source:
+    """A memory a write derives from, as the caller can read it."""
+
+    id: uuid.UUID
+    space_id: uuid.UUID
+    read_requires: list[uuid.UUID]
+
+
+def inherited_scope(
+    space_id: uuid.UUID, sources: list[Source], audience: Sequence[uuid.UUID] = ()
+) -> list[uuid.UUID]:
+    """The spaces a reader of a memory in `space_id` derived from `sources` must also be able
+    to read (promise 6): every source's space and everything its own sources required, and
+    `audience` besides. The memory's own space narrows nothing (its readers read it
+    already), so it is never listed: a memory citing a note of its own space stays in its
+    key's chain, under its gate."""
+    required = {source.space_id for source in sources} | set(audience)
+    required.update(space for source in sources for space in source.read_requires)
+    required.discard(space_id)
+    return sorted(required)
 
 
 def first_words(text: str) -> str:
@@ -150,14 +175,32 @@ class MemoryService:
 
     async def write(self, principal: Principal, data: MemoryCreate) -> MemoryWritten:
         self._check_value(data)
-        read_requires = await self._inherited_scope(principal, data.derived_from)
+        sources = await self._sources_of(principal, data.derived_from)
+        return await self._write(principal, data, sources, gated=not data.new_key)
+
+    async def _write(
+        self,
+        principal: Principal,
+        data: MemoryCreate,
+        sources: list[Source],
+        *,
+        gated: bool,
+        audience: Sequence[uuid.UUID] = (),
+        unsourced: str | None = None,
+    ) -> MemoryWritten:
+        """Write `data` citing `sources` (each readable by the caller), under the write gate
+        if `gated` and the space has it on; readable only by readers of `audience` too.
+        `unsourced`: what the evidence gate says when `data` cites nothing (the caller's
+        own words by default)."""
         space_id, targets = await self._target_space(principal, data.space_id)
+        read_requires = inherited_scope(space_id, sources, audience)
         gates = targets.settings_of(space_id)
         if gates.evidence_gate and data.kind in EVIDENCE_KINDS and not data.derived_from:
             raise EvidenceRequired(
-                f"Space {space_id} requires evidence: a {data.kind} must cite the memories it "
-                "rests on in 'derived_from' (ids you can read, e.g. from a search). Nothing "
-                "was written.",
+                unsourced
+                or f"Space {space_id} requires evidence: a {data.kind} must cite the memories "
+                "it rests on in 'derived_from' (ids you can read, e.g. from a search). "
+                "Nothing was written.",
                 space_id=str(space_id),
             )
         ref = KeyRef(
@@ -170,7 +213,7 @@ class MemoryService:
         )
         scope = visible(principal, Action.WRITE)
         [vector] = await self._embed(principal, data.value)
-        gated = gates.write_gate and not data.new_key
+        gated = gated and gates.write_gate
         now = await repository.lock_key(self._session, ref, subject_too=gated)
         if gated:
             await self._write_gate(principal, ref)
@@ -179,7 +222,7 @@ class MemoryService:
             self._session, scope, ref, new_id=new_id, at=now, valid_from=valid_from
         )
         row = self._new_row(principal, data, ref, vector, now, new_id, made.previous)
-        row.derived_from, row.read_requires = list(dict.fromkeys(data.derived_from)), read_requires
+        row.derived_from, row.read_requires = [source.id for source in sources], read_requires
         row = await repository.insert(self._session, row)
         if self._quotas is not None:  # counted by the insert's trigger; over quota: rolled back
             await self._quotas.check_storage(self._session, principal.tenant_id)
@@ -524,7 +567,10 @@ class MemoryService:
             self._budget.restored = bool(rows)
         if not rows and after is None:
             raise MemoryNotFound(not_found_detail(memory_id))
-        items = [to_out(cast_row(row)) for row in rows[:size]]
+        # Outside the budget, like a search's: the page was read under it.
+        items = await self._sources_you_can_read(
+            principal, [to_out(cast_row(row)) for row in rows[:size]]
+        )
         self._facts.count(len(items))
         next_cursor = encode_cursor(items[-1].id) if len(rows) > size else None
         return MemoryHistory(items=items, next_cursor=next_cursor)
@@ -545,6 +591,9 @@ class MemoryService:
                 f"from GET /v1/memories/{memory_id}/history and revert that one.",
                 version=row.version,
             )
+        # Only the sources the caller can still read come along: an id it cannot read is
+        # never named, nor refused by id.
+        sources = await self._readable_sources(principal, list(row.derived_from))
         again = MemoryCreate(
             subject=row.subject,
             kind=cast_kind(row.kind),
@@ -553,10 +602,43 @@ class MemoryService:
             metadata=row.metadata_ or None,
             source=row.source,
             space_id=row.space_id,
-            derived_from=list(row.derived_from),
+            derived_from=[source.id for source in sources],
         )
+        self._check_value(again)  # limits may have changed since the version was written
         self._facts.add_targets([memory_id])
-        return await self.write(principal, again)
+        dropped = len(set(row.derived_from)) - len(sources)
+        cited = (
+            "you can read none of the sources it was derived from any more"
+            if row.derived_from
+            else "it cites no sources"
+        )
+        unsourced = (
+            f"Space {row.space_id} requires evidence for a {row.kind}, and of version "
+            f"{row.version} ({memory_id}) {cited}, so it cannot be brought back as it was. "
+            f"Write the {row.kind} again (POST /v1/memories, key {row.key!r}) citing memories "
+            "you can read in 'derived_from'. Nothing was written."
+        )
+        # A revert brings back a value of this very key: the write gate has nothing to ask.
+        # Its audience stays the version's: the value was derived from the sources dropped
+        # too, so leaving them out must not widen who reads it (promise 6).
+        written = await self._write(
+            principal,
+            again,
+            sources,
+            gated=False,
+            audience=row.read_requires,
+            unsourced=unsourced,
+        )
+        if dropped:
+            written.reverted = RevertNote(
+                sources_dropped=dropped,
+                detail=(
+                    f"{dropped} of the sources of version {row.version} can no longer be read "
+                    "by you, so the new version does not cite them; it keeps the reverted "
+                    "version's audience (provenance.read_requires)."
+                ),
+            )
+        return written
 
     @asynccontextmanager
     async def _read_budget(
@@ -592,24 +674,30 @@ class MemoryService:
         if data.valid_from is not None:
             check_valid_from(data.valid_from)
 
-    async def _inherited_scope(
+    async def _readable_sources(
         self, principal: Principal, derived_from: list[uuid.UUID]
-    ) -> list[uuid.UUID]:
-        """The spaces a derived memory's reader must also be able to read: every source's
-        space and everything its own sources required. An unreadable source is 404."""
+    ) -> list[Source]:
+        """The sources among `derived_from` the caller can read (any version), in order."""
         if not derived_from:
             return []
         wanted = list(dict.fromkeys(derived_from))
         found = await repository.readable_sources(
             self._session, visible(principal, Action.READ), wanted
         )
-        readable = {source_id for source_id, _, _ in found}
-        for source_id in wanted:
+        by_id = {source_id: (space, inherited) for source_id, space, inherited in found}
+        return [Source(i, *by_id[i]) for i in wanted if i in by_id]
+
+    async def _sources_of(
+        self, principal: Principal, derived_from: list[uuid.UUID]
+    ) -> list[Source]:
+        """A write's sources: each must be readable by the caller; one that is not is 404,
+        like a missing id (the id is the caller's own, from its request)."""
+        sources = await self._readable_sources(principal, derived_from)
+        readable = {source.id for source in sources}
+        for source_id in dict.fromkeys(derived_from):
             if source_id not in readable:
                 raise MemoryNotFound(not_found_detail(source_id))
-        required = {space for _, space, _ in found}
-        required.update(space for _, _, inherited in found for space in inherited)
-        return sorted(required)
+        return sources
 
     async def _target_space(
         self, principal: Principal, requested: uuid.UUID | None
@@ -832,7 +920,8 @@ def to_out(row: MemoryRow) -> MemoryOut:
             source=row.source,
             recorded_at=row.recorded_at,
             superseded_at=row.superseded_at,
-            derived_from=list(row.derived_from),
+            # A stub is content-free: it cites nothing (whatever it was derived from).
+            derived_from=[] if row.retracted_at is not None else list(row.derived_from),
             derived_from_withheld=0,
             read_requires=list(row.read_requires),
             embedding_model=row.embedding_model,

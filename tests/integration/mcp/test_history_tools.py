@@ -104,3 +104,32 @@ async def test_the_tools_refuse_like_rest_and_change_nothing(api: Api, runtime: 
     assert "invalid-request" in error_text(bad_date)
     assert "known_at" in error_text(bad_date)
     assert await memory_rows(runtime) == before
+
+
+async def test_history_and_revert_tools_never_name_a_withheld_source(
+    api: Api, runtime: Runtime
+) -> None:
+    """Red-team (rt12 C): `memory_history` named a deleted source's id that `get_memory`
+    withholds, and `revert_memory` refused with a 404 naming it. Both answer like GET now."""
+    alice = await api.new_agent("alice")
+    note = await api.remember(alice, key="note.a", value="first source about invoices")
+    kept = await api.remember(alice, key="note.b", value="second source about invoices")
+    summary = await api.remember(
+        alice,
+        kind="summary",
+        key="invoices",
+        value="invoice summary",
+        derived_from=[note["id"], kept["id"]],
+    )
+    deleted = await api.http.delete(f"/v1/memories/{note['id']}", headers=alice.headers)
+    assert deleted.status_code == 204, deleted.text
+    async with serving(runtime) as base, mcp_session(base, alice.token) as session:
+        got = payload(await session.call_tool("get_memory", {"id": summary["id"]}))
+        history = payload(await session.call_tool("memory_history", {"id": summary["id"]}))
+        reverted = payload(await session.call_tool("revert_memory", {"id": summary["id"]}))
+    assert history["items"][0]["provenance"] == got["provenance"]
+    assert got["provenance"]["derived_from"] == [kept["id"]]
+    assert got["provenance"]["derived_from_withheld"] == 1
+    assert reverted["memory"]["provenance"]["derived_from"] == [kept["id"]]
+    assert reverted["reverted"]["sources_dropped"] == 1
+    assert note["id"] not in str([got, history, reverted])

@@ -275,9 +275,12 @@ _NAME_CALLER = text(
 )
 
 
-async def _rls_update(api: Api, agent: Agent, memory_id: str, values: str) -> Any:
+async def _rls_update(
+    api: Api, agent: Agent, memory_id: str, values: str, *, commit: bool = False
+) -> Any:
     """An UPDATE as the app role with `agent` named, past Visible: row-level security alone
-    decides (rolled back). Answers the ids updated, or the database's refusal."""
+    decides (rolled back unless `commit`). Answers the ids updated, or the database's
+    refusal (its SQLSTATE)."""
     with bypasses_visible("row-level security alone, in this test"):
         async with api.runtime.sessionmaker() as session, session.begin():
             await session.execute(
@@ -288,11 +291,13 @@ async def _rls_update(api: Api, agent: Agent, memory_id: str, values: str) -> An
                     text(f"UPDATE memories SET {values} WHERE id = :id RETURNING id"),
                     {"id": memory_id},
                 )
-                return [str(i) for i in updated.all()]
+                ids = [str(i) for i in updated.all()]
             except DBAPIError as exc:
-                return getattr(exc.orig, "sqlstate", None)
-            finally:
                 await session.rollback()
+                return getattr(exc.orig, "sqlstate", None)
+            if not commit:
+                await session.rollback()
+            return ids
 
 
 async def test_a_deleter_without_write_can_only_leave_a_stub(api: Api) -> None:
@@ -318,6 +323,115 @@ async def test_a_deleter_without_write_can_only_leave_a_stub(api: Api) -> None:
         assert await _rls_update(api, janitor, memory["id"], values) in ([], "42501"), values
     # The writer may still update (the ordinary write policy).
     assert await _rls_update(api, alice, memory["id"], "source = 'x'") == [memory["id"]]
+
+
+_STUB = (
+    "retracted_at = now(), superseded_at = now(), value = '', embedding = NULL, "
+    "content_hash = ''::bytea, metadata = '{}'::jsonb, source = NULL"
+)
+"""The one change a deleter without write may make: the version becomes a closed stub."""
+
+
+async def test_a_deleter_without_write_may_change_nothing_else_while_stubbing(
+    api: Api,
+) -> None:
+    """Red-team (rt12 B): the stub's content columns were checked, every other column was
+    free. Under the trigger of migration `retract_only_stubs` each is refused, and the row
+    is exactly as it was."""
+    alice = await api.new_agent("alice")
+    janitor = await api.new_agent("janitor")
+    team = await _shared_space(
+        api, {alice.principal_id: ("read", "write"), janitor.principal_id: ("read", "delete")}
+    )
+    other = await _shared_space(api, {janitor.principal_id: ("read", "delete")})
+    v1 = await api.remember(alice, **KEY, space_id=team, value="deploys on tuesday")
+    v2 = await api.remember(alice, **KEY, space_id=team, value="deploys on wednesday")
+    before = await memory_rows(api.runtime, "id = :id", id=v2["id"])
+    besides = {
+        "key and subject": "key = 'hijacked', subject = 'user:someone'",
+        "space": f"space_id = '{other}'",
+        "links": f"supersedes = NULL, superseded_by = '{v1['id']}'",
+        "version": "version = 99",
+        "writer and owner": (
+            f"writer_id = '{janitor.principal_id}', owner_id = '{janitor.principal_id}'"
+        ),
+        "valid and recorded time": "valid_from = '2000-01-01Z', recorded_at = '2000-01-01Z'",
+        "derived_from": f"derived_from = ARRAY['{v1['id']}']::uuid[]",
+        "read_requires": f"read_requires = ARRAY['{team}']::uuid[]",
+        "valid_until": "valid_until = now()",
+        "expires_at": "expires_at = now() + interval '1 day'",
+    }
+    changed = {
+        what: await _rls_update(api, janitor, v2["id"], f"{_STUB}, {extra}")
+        for what, extra in besides.items()
+    }
+    back_dated = _STUB.replace("now()", "'2000-01-01Z'")
+    changed["a back-dated retraction"] = await _rls_update(api, janitor, v2["id"], back_dated)
+    assert {what: answer for what, answer in changed.items() if answer not in ([], "42501")} == {}
+    assert await memory_rows(api.runtime, "id = :id", id=v2["id"]) == before
+    # The stub alone still passes (the API's delete without write).
+    assert await _rls_update(api, janitor, v2["id"], _STUB) == [v2["id"]]
+
+
+async def test_a_deleter_cannot_leave_an_open_stub_that_jams_the_key(api: Api) -> None:
+    """Red-team (rt12 B): a stub left with `superseded_at` NULL stayed in the live-key index,
+    and the owner's next write of the key answered 500. Such a stub is refused; the writer's
+    next version continues the chain."""
+    alice = await api.new_agent("alice")
+    janitor = await api.new_agent("janitor")
+    team = await _shared_space(
+        api, {alice.principal_id: ("read", "write"), janitor.principal_id: ("read", "delete")}
+    )
+    v1 = await api.remember(alice, **KEY, space_id=team, value="deploys on tuesday")
+    open_stub = _STUB.replace("superseded_at = now(), ", "")
+    assert await _rls_update(api, janitor, v1["id"], open_stub, commit=True) == "42501"
+    [row] = await memory_rows(api.runtime, "id = :id", id=v1["id"])
+    assert (row["value"], row["retracted_at"], row["superseded_at"]) == (
+        "deploys on tuesday",
+        None,
+        None,
+    )
+    response = await api.http.post(
+        "/v1/memories",
+        json={**KEY, "space_id": team, "value": "deploys on friday"},
+        headers=alice.headers,
+    )
+    assert response.status_code == 201, response.text
+    written = response.json()
+    assert (written["memory"]["version"], written["superseded"]) == (2, [v1["id"]])
+
+
+async def test_delete_on_one_space_and_write_on_another_rewrite_nothing(api: Api) -> None:
+    """Red-team (rt12 B): permissive policies are OR-ed, so the retract policy's USING (delete
+    on B) and the write policy's WITH CHECK (write on A) let mallory rewrite alice's row of B
+    with a value of her own and move it into A, keeping alice as its writer. And a writer of
+    A with delete on C could move its row into C as a stub. Delete never lends write."""
+    alice = await api.new_agent("alice")
+    mallory = await api.new_agent("mallory")
+    b = await _shared_space(
+        api, {alice.principal_id: ("read", "write"), mallory.principal_id: ("read", "delete")}
+    )
+    a = await _shared_space(api, {mallory.principal_id: ("read", "write")})
+    c = await _shared_space(api, {mallory.principal_id: ("read", "delete")})
+    alices = await api.remember(alice, **KEY, space_id=b, value="deploys on tuesday")
+    mallorys = await api.remember(
+        mallory, **(KEY | {"key": "deploy.day"}), space_id=a, value="deploys on monday"
+    )
+    before = await memory_rows(api.runtime)
+    moved = f"space_id = '{a}', value = 'alice says: wire money'"
+    assert await _rls_update(api, mallory, alices["id"], moved, commit=True) in ([], "42501")
+    assert await _rls_update(api, mallory, alices["id"], f"space_id = '{a}'") in ([], "42501")
+    into_c = f"{_STUB}, space_id = '{c}'"
+    assert await _rls_update(api, mallory, mallorys["id"], into_c, commit=True) in (
+        [],
+        "42501",
+    )
+    assert await memory_rows(api.runtime) == before
+    seen = await api.http.get(f"/v1/memories/{alices['id']}", headers=alice.headers)
+    assert (seen.json()["value"], seen.json()["space_id"]) == ("deploys on tuesday", b)
+    # Her own write on A still works, and so does the stub of alice's row (delete on B).
+    assert await _rls_update(api, mallory, mallorys["id"], "source = 'x'") == [mallorys["id"]]
+    assert await _rls_update(api, mallory, alices["id"], _STUB) == [alices["id"]]
 
 
 # Revert ----------------------------------------------------------------------------------
@@ -351,6 +465,36 @@ async def test_revert_writes_an_earlier_value_as_the_new_live_version(
     assert (row["decision"], row["status"]) == ("allow", 201)
     assert {str(t) for t in row["target_ids"]} == {tuesday["id"], again["id"], wednesday["id"]}
     assert "tuesday" not in str(row)
+
+
+async def test_revert_after_deleting_the_head_is_not_stopped_by_the_write_gate(
+    api: Api,
+) -> None:
+    """Red-team (rt12 C): with the key's head deleted the key has no live value, so the
+    write gate took the revert for a new key and answered an undeclared 409. A revert
+    re-asserts a value of that very key: it passes, and continues the chain."""
+    alice = await api.new_agent("alice")
+    v1 = await api.remember(alice, **KEY, value="deploys on tuesday")
+    v2 = await api.remember(alice, **KEY, value="deploys on wednesday")
+    await api.remember(alice, subject=KEY["subject"], kind="fact", key="owner", value="billing")
+    deleted = await api.http.delete(f"/v1/memories/{v2['id']}", headers=alice.headers)
+    assert deleted.status_code == 204, deleted.text
+    response = await api.http.post(f"/v1/memories/{v1['id']}/revert", headers=alice.headers)
+    assert response.status_code == 201, response.text
+    written = response.json()
+    again = written["memory"]
+    assert written["superseded"] == []
+    assert (again["value"], again["version"], again["supersedes"]) == (
+        "deploys on tuesday",
+        3,
+        v2["id"],
+    )
+    history = await _history(api, alice, v1["id"])
+    assert [(i["version"], i["status"]) for i in history["items"]] == [
+        (3, "live"),
+        (2, "retracted"),
+        (1, "superseded"),
+    ]
 
 
 async def test_reverting_a_retracted_stub_is_a_problem_and_changes_nothing(api: Api) -> None:

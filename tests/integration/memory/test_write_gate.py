@@ -145,6 +145,49 @@ async def test_the_gate_never_names_or_counts_a_key_the_writer_cannot_read(api: 
     assert narrowed.json()["memory"]["id"] not in refused.text
 
 
+async def test_a_source_of_the_memorys_own_space_supersedes_in_its_chain(api: Api) -> None:
+    """Red-team (rt12 E): a source's space went into `read_requires` even when it was the
+    memory's own, so citing a note of the same space made another audience, hence another
+    chain: the old value stayed live beside the new one, and version 1 was issued again. It
+    narrows nothing, so it is not listed and the new value supersedes the old."""
+    alice = await api.new_agent("alice")
+    team = await _shared_space(api, alice)
+    note = await api.remember(alice, subject="service:other", key="note",
+                              value="ticket 42 says thursday", space_id=team)  # fmt: skip
+    v1 = await api.remember(alice, subject=SUBJECT, key="deploy.window",
+                            value="deploys on tuesday", space_id=team)  # fmt: skip
+    cited = await _write(api, alice, key="deploy.window", value="deploys on thursday",
+                         space_id=team, derived_from=[note["id"]])  # fmt: skip
+    assert cited.status_code == 201, cited.text
+    written = cited.json()
+    assert written["superseded"] == [v1["id"]]
+    assert written["audience_narrowed"] is None
+    memory = written["memory"]
+    assert (memory["version"], memory["supersedes"]) == (2, v1["id"])
+    assert memory["provenance"]["read_requires"] == []
+    assert memory["provenance"]["derived_from"] == [note["id"]]
+    live = await _live(api, alice, subject=SUBJECT, key="deploy.window")
+    assert [(m["value"], m["version"]) for m in live] == [("deploys on thursday", 2)]
+
+
+async def test_a_source_of_the_memorys_own_space_does_not_bypass_the_gate(api: Api) -> None:
+    """Red-team (rt12 E): the same new key was refused plain and written when it cited a
+    note of the same space (another audience, so no other key counted). Both are gated."""
+    alice = await api.new_agent("alice")
+    team = await _shared_space(api, alice)
+    note = await api.remember(alice, subject="service:other", key="note", value="ticket 42",
+                              space_id=team)  # fmt: skip
+    old = await api.remember(alice, subject=SUBJECT, key="deploy.window",
+                             value="deploys on tuesday", space_id=team)  # fmt: skip
+    new = {"key": "deploy.day", "value": "deploys on thursday", "space_id": team}
+    plain = await _write(api, alice, **new)
+    cited = await _write(api, alice, **new, derived_from=[note["id"]])
+    for refused in (plain, cited):
+        body = assert_problem(refused, 409, "key-choice-required")
+        assert [(k["key"], k["id"]) for k in body["keys"]] == [("deploy.window", old["id"])]
+    assert [m["key"] for m in await _live(api, alice, subject=SUBJECT)] == ["deploy.window"]
+
+
 async def test_first_words_cut_long_values() -> None:
     long = " ".join(f"word{i}" for i in range(40))
     assert first_words(long) == " ".join(f"word{i}" for i in range(12)) + " …"
