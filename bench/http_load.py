@@ -305,9 +305,9 @@ def _wait_ready(server: Served, log: Path) -> None:
     raise SystemExit("memgate serve did not become ready")
 
 
-def agent_token(server: Served) -> str:
-    """README "First steps": admin token, a principal, an agent client, the agent's token."""
-    admin = subprocess.run(  # noqa: S603 (our own CLI)
+def platform_token(server: Served) -> str:
+    """The bootstrap (platform) admin's token, as `memgate token` prints it."""
+    return subprocess.run(  # noqa: S603 (our own CLI)
         [*server.python, "-m", "service", "token"],
         env=server.env,
         capture_output=True,
@@ -315,6 +315,11 @@ def agent_token(server: Served) -> str:
         timeout=60,
         check=True,
     ).stdout.strip()
+
+
+def agent_token(server: Served) -> str:
+    """README "First steps": admin token, a principal, an agent client, the agent's token."""
+    admin = platform_token(server)
     with httpx.Client(base_url=server.url, timeout=30) as http:
         headers = {"Authorization": f"Bearer {admin}"}
         user = http.post("/v1/principals", json={"display_name": "alice"}, headers=headers)

@@ -24,29 +24,17 @@ import argparse
 import asyncio
 import collections
 import multiprocessing
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from bench.http_load import HERE, SCOPES, Served, served
+from bench.http_load import HERE, SCOPES, platform_token, served
 from bench.noisy_neighbour import NOTE, _burst, _offered, _reads, _summary
 
 LIMITED = {"requests_per_second": 20, "request_burst": 20}
 CACHE_SECONDS = 1.0
-
-
-def _platform_token(server: Served) -> str:
-    return subprocess.run(  # noqa: S603 (our own CLI)
-        [*server.python, "-m", "service", "token"],
-        env=server.env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    ).stdout.strip()
 
 
 def _tenant_with_agent(http: httpx.Client, platform: dict[str, str], name: str) -> tuple[str, str]:
@@ -108,7 +96,7 @@ async def _b_while(base: str, headers: dict[str, str], reads: int, busy: Any) ->
 
 def run(checkout: Path, workers: int, options: dict[str, Any]) -> None:
     with served(checkout, workers, {"MEMGATE_QUOTA_CONFIG_SECONDS": str(CACHE_SECONDS)}) as server:
-        platform = {"Authorization": f"Bearer {_platform_token(server)}"}
+        platform = {"Authorization": f"Bearer {platform_token(server)}"}
         with httpx.Client(base_url=server.url, timeout=60) as http:
             tenant_a, token_a = _tenant_with_agent(http, platform, "noisy")
             _, token_b = _tenant_with_agent(http, platform, "quiet")

@@ -1024,6 +1024,31 @@ async def retract(
     return retracted.one_or_none() is not None
 
 
+def _walk(
+    scope: Visible, start: ColumnElement[bool], name: str, *, forward: bool, hops: int
+) -> CTE:
+    """One direction of a chain walk from the row `start` picks: along `superseded_by`
+    (forward) or `supersedes`, each hop a row source bound to the predicate and naming the
+    version it came from (both links agree), at most `hops` hops. Columns: id, next, depth."""
+    ahead, behind = ("superseded_by", "supersedes") if forward else ("supersedes", "superseded_by")
+    walked = (
+        scope.select(
+            Memory.id,
+            getattr(Memory, ahead).label("next"),
+            literal(0).label("depth"),
+            liveness=_HISTORY,
+        )
+        .where(start)
+        .cte(name, recursive=True)
+    )
+    hop = Memory.__table__.alias(f"{name}_hop")
+    return walked.union_all(
+        scope.select(hop.c.id, hop.c[ahead], walked.c.depth + 1, liveness=_HISTORY, on=hop)
+        .join(walked, hop.c.id == walked.c.next)
+        .where(hop.c[behind] == walked.c.id, walked.c.depth < hops)
+    )
+
+
 async def history(
     session: AsyncSession,
     scope: Visible,
@@ -1041,41 +1066,9 @@ async def history(
     first version the caller cannot see, never skipping over it; a hop must also name the
     version it came from (both links agree). `skip_start` leaves the start out (a cursor
     names the last version already shown). Nothing comes back when `start` is not visible."""
-    newer = (
-        scope.select(Memory.id, Memory.superseded_by, literal(0).label("depth"), liveness=_HISTORY)
-        .where(Memory.id == start)
-        .cte("newer", recursive=True)
-    )
-    newer_hop = Memory.__table__.alias("newer_hop")
-    newer = newer.union_all(
-        scope.select(
-            newer_hop.c.id,
-            newer_hop.c.superseded_by,
-            newer.c.depth + 1,
-            liveness=_HISTORY,
-            on=newer_hop,
-        )
-        .join(newer, newer_hop.c.id == newer.c.superseded_by)
-        .where(newer_hop.c.supersedes == newer.c.id, newer.c.depth < newer_hops)
-    )
+    newer = _walk(scope, Memory.id == start, "newer", forward=True, hops=newer_hops)
     head = select(newer.c.id).order_by(newer.c.depth.desc()).limit(1).scalar_subquery()
-    older = (
-        scope.select(Memory.id, Memory.supersedes, literal(0).label("depth"), liveness=_HISTORY)
-        .where(Memory.id == head)
-        .cte("older", recursive=True)
-    )
-    older_hop = Memory.__table__.alias("older_hop")
-    older = older.union_all(
-        scope.select(
-            older_hop.c.id,
-            older_hop.c.supersedes,
-            older.c.depth + 1,
-            liveness=_HISTORY,
-            on=older_hop,
-        )
-        .join(older, older_hop.c.superseded_by == older.c.id)
-        .where(older_hop.c.id == older.c.supersedes, older.c.depth < older_hops)
-    )
+    older = _walk(scope, Memory.id == head, "older", forward=False, hops=older_hops)
     extra = () if restore is None else (restore.label("restored"),)
     statement = (
         scope.select(*ANSWER, *extra, liveness=_HISTORY)
