@@ -7,7 +7,7 @@ import hashlib
 import json
 import unicodedata
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -81,6 +81,8 @@ MAX_NEWER_HOPS = 10_000
 one (a bound on a walk, not a page: a chain is paged from its newest version back)."""
 MAX_METADATA_BYTES = 16_384
 MAX_METADATA_DEPTH = 16
+WriteGate = Callable[[Principal, KeyRef], Awaitable[None]]
+"""The write gate's check, run under the subject's lock (`MemoryService._write_gate`)."""
 MAX_OFFERED_KEYS = 20
 """The most keys a 409 `key-choice-required` lists (a subject with more says `more_keys`)."""
 OFFERED_WORDS, OFFERED_CHARS = 12, 120
@@ -176,7 +178,8 @@ class MemoryService:
     async def write(self, principal: Principal, data: MemoryCreate) -> MemoryWritten:
         self._check_value(data)
         sources = await self._sources_of(principal, data.derived_from)
-        return await self._write(principal, data, sources, gated=not data.new_key)
+        gate = None if data.new_key else self._write_gate
+        return await self._write(principal, data, sources, gate=gate)
 
     async def _write(
         self,
@@ -184,12 +187,13 @@ class MemoryService:
         data: MemoryCreate,
         sources: list[Source],
         *,
-        gated: bool,
+        gate: WriteGate | None,
         audience: Sequence[uuid.UUID] = (),
         unsourced: str | None = None,
     ) -> MemoryWritten:
-        """Write `data` citing `sources` (each readable by the caller), under the write gate
-        if `gated` and the space has it on; readable only by readers of `audience` too.
+        """Write `data` citing `sources` (each readable by the caller), under `gate` (the write
+        gate: None for a revert or `new_key`) if the space has it on; readable only by readers
+        of `audience` too.
         `unsourced`: what the evidence gate says when `data` cites nothing (the caller's
         own words by default)."""
         space_id, targets = await self._target_space(principal, data.space_id)
@@ -213,10 +217,11 @@ class MemoryService:
         )
         scope = visible(principal, Action.WRITE)
         [vector] = await self._embed(principal, data.value)
-        gated = gated and gates.write_gate
-        now = await repository.lock_key(self._session, ref, subject_too=gated)
-        if gated:
-            await self._write_gate(principal, ref)
+        if not gates.write_gate:
+            gate = None
+        now = await repository.lock_key(self._session, ref, subject_too=gate is not None)
+        if gate is not None:
+            await gate(principal, ref)
         new_id, valid_from = uuid7(), data.valid_from or now
         made = await repository.supersede(
             self._session, scope, ref, new_id=new_id, at=now, valid_from=valid_from
@@ -625,7 +630,7 @@ class MemoryService:
             principal,
             again,
             sources,
-            gated=False,
+            gate=None,
             audience=row.read_requires,
             unsourced=unsourced,
         )
