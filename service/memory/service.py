@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal, cast, get_args
+from typing import Any, Literal, TypeVar, cast, get_args
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -81,6 +81,9 @@ MAX_NEWER_HOPS = 10_000
 one (a bound on a walk, not a page: a chain is paged from its newest version back)."""
 MAX_METADATA_BYTES = 16_384
 MAX_METADATA_DEPTH = 16
+H = TypeVar("H")
+"""A ranked hit: (row, score) for a vector search, `FusedHit` for a fused one."""
+SearchPath = Literal["exact", "approximate"]
 WriteGate = Callable[[Principal, KeyRef], Awaitable[None]]
 """The write gate's check, run under the subject's lock (`MemoryService._write_gate`)."""
 MAX_OFFERED_KEYS = 20
@@ -434,49 +437,36 @@ class MemoryService:
         filters: MemoryFilters,
         k: int,
         fusion: repository.Fusion,
-    ) -> tuple[list[repository.FusedHit], Literal["exact", "approximate"]]:
+    ) -> tuple[list[repository.FusedHit], SearchPath]:
         """`rank` for a hybrid or lexical search, on the same paths: both legs exact in one
         statement up to `exact_search_max_rows` visible rows; beyond, the vector leg walks
         the HNSW index beside the exact lexical leg, and the answer stands if at least k of
         the walk's rows clear the floor; otherwise both legs are ranked exactly after all, so
         the fused answer is never under-filled among the hits that clear the floor. A
         lexical-only search has no walk: its leg is exact whatever the size."""
-        limit, cap = self._limits.exact_search_max_rows, self._limits.search_fallback_max_rows
-        if scope.moment is not None:
-            # Both indexes are partial on live rows: a search back in time ranks every version
-            # that passes the predicate then, exactly (bounded by the read budget).
-            then = await repository.search_fused_within(
-                self._session, scope, vector, filters, fusion, k=k, size_limit=None, count_limit=cap
+        session, cap = self._session, self._limits.search_fallback_max_rows
+
+        async def within(size_limit: int | None) -> list[repository.FusedHit] | int:
+            budget = self._budget if size_limit is not None else None
+            return await repository.search_fused_within(
+                session,
+                scope,
+                vector,
+                filters,
+                fusion,
+                k=k,
+                size_limit=size_limit,
+                count_limit=cap,
+                budget=budget,
             )
-            assert isinstance(then, list)  # no size limit: always ranked
-            return then, "exact"
-        exact = await repository.search_fused_within(
-            self._session,
-            scope,
-            vector,
-            filters,
-            fusion,
-            k=k,
-            size_limit=limit,
-            count_limit=cap,
-            budget=self._budget,
-        )
-        if isinstance(exact, list):
-            return exact, "exact"
-        if exact > cap:
-            raise _too_broad(cap)
-        if not fusion.lexical_only:
-            tuning = AnnTuning(self._limits.ann_ef_search, self._limits.ann_max_scan_tuples)
+
+        async def walk() -> list[repository.FusedHit] | None:
             walked, cleared = await repository.search_fused_approximate(
-                self._session, scope, vector, filters, fusion, k=k, tuning=tuning
+                session, scope, vector, filters, fusion, k=k, tuning=self._tuning()
             )
-            if cleared >= k:
-                return walked, "approximate"
-        everything = await repository.search_fused_within(
-            self._session, scope, vector, filters, fusion, k=k, size_limit=None, count_limit=cap
-        )
-        assert isinstance(everything, list)  # no size limit: always ranked
-        return everything, "exact"
+            return walked if cleared >= k else None
+
+        return await self._ranked(scope, within, None if fusion.lexical_only else walk)
 
     async def rank(
         self,
@@ -485,52 +475,70 @@ class MemoryService:
         filters: MemoryFilters,
         k: int,
         min_score: float | None,
-    ) -> tuple[list[Hit], Literal["exact", "approximate"]]:
-        """The path per query, by the size of the caller's visible set: up to
-        `exact_search_max_rows` rows every one is ranked (complete and exact by construction);
-        beyond, the HNSW walk answers if it found k rows and every one clears the score floor.
-        Otherwise the exact path answers after all: the walk's budget went on rows the caller
-        may not see, or a floor cut into its k, and only an exact ranking knows whether k rows
-        above the floor exist (promise 3: never under-filled)."""
-        if scope.moment is not None:
-            # The covering scan and the HNSW index hold live rows only, so a search at another
-            # time ranks every version that passes the predicate then, exactly (bounded by the
-            # read budget like every read).
-            then = await repository.search_exact(
-                self._session, scope, vector, filters, k=k, min_score=min_score
+    ) -> tuple[list[Hit], SearchPath]:
+        """The vector-only ranking (`mode=vector`), on the paths `_ranked` chooses; the walk's
+        answer stands if it found k rows and every one clears the score floor."""
+        session, cap = self._session, self._limits.search_fallback_max_rows
+
+        async def within(size_limit: int | None) -> list[Hit] | int:
+            if size_limit is None:
+                return await repository.search_exact(
+                    session, scope, vector, filters, k=k, min_score=min_score
+                )
+            return await repository.search_exact_within(
+                session,
+                scope,
+                vector,
+                filters,
+                k=k,
+                min_score=min_score,
+                size_limit=size_limit,
+                count_limit=cap,
+                budget=self._budget,
             )
-            return then, "exact"
+
+        async def walk() -> list[Hit] | None:
+            nearest = await repository.search_approximate(
+                session, scope, vector, filters, k=k, tuning=self._tuning()
+            )
+            floor = -1.0 if min_score is None else min_score
+            return nearest if len(nearest) == k and all(s >= floor for _, s in nearest) else None
+
+        return await self._ranked(scope, within, walk)
+
+    async def _ranked(
+        self,
+        scope: Visible,
+        within: Callable[[int | None], Awaitable[list[H] | int]],
+        walk: Callable[[], Awaitable[list[H] | None]] | None,
+    ) -> tuple[list[H], SearchPath]:
+        """The path per query, by the size of the caller's visible set: up to
+        `exact_search_max_rows` rows every one is ranked (`within`: complete and exact by
+        construction); beyond, the HNSW `walk` answers if its answer stands. Otherwise the exact
+        path answers after all: the walk's budget went on rows the caller may not see, or a
+        floor cut into its k, and only an exact ranking knows whether k rows above the floor
+        exist (promise 3: never under-filled). A search back in time ranks exactly at once:
+        the covering scan and both indexes hold live rows only (bounded by the read budget)."""
         limit, cap = self._limits.exact_search_max_rows, self._limits.search_fallback_max_rows
-        exact = await repository.search_exact_within(
-            self._session,
-            scope,
-            vector,
-            filters,
-            k=k,
-            min_score=min_score,
-            size_limit=limit,
-            count_limit=cap,
-            budget=self._budget,
-        )
-        if isinstance(exact, list):
-            return exact, "exact"
-        if exact > cap:
-            # Refused before the walk, by the caller's own visible count only: whether a walk
-            # can answer depends on rows the caller may not see, so refusing only when it
-            # could not would tell. Above the cap the exact fallback (linear in the visible
-            # set, and forced by any `min_score` near 1) is never run.
-            raise _too_broad(cap)
-        tuning = AnnTuning(self._limits.ann_ef_search, self._limits.ann_max_scan_tuples)
-        nearest = await repository.search_approximate(
-            self._session, scope, vector, filters, k=k, tuning=tuning
-        )
-        floor = -1.0 if min_score is None else min_score
-        if len(nearest) == k and all(score >= floor for _, score in nearest):
-            return nearest, "approximate"
-        everything = await repository.search_exact(
-            self._session, scope, vector, filters, k=k, min_score=min_score
-        )
+        if scope.moment is None:
+            exact = await within(limit)
+            if isinstance(exact, list):
+                return exact, "exact"
+            if exact > cap:
+                # Refused before the walk, by the caller's own visible count only: whether a
+                # walk can answer depends on rows the caller may not see, so refusing only when
+                # it could not would tell. Above the cap the exact fallback (linear in the
+                # visible set, and forced by any `min_score` near 1) is never run.
+                raise _too_broad(cap)
+            walked = None if walk is None else await walk()
+            if walked is not None:
+                return walked, "approximate"
+        everything = await within(None)
+        assert isinstance(everything, list)  # no size limit: always ranked
         return everything, "exact"
+
+    def _tuning(self) -> AnnTuning:
+        return AnnTuning(self._limits.ann_ef_search, self._limits.ann_max_scan_tuples)
 
     async def delete(self, principal: Principal, memory_id: uuid.UUID) -> None:
         """Retract one version: it stays in its chain as a content-free stub with its number
