@@ -21,6 +21,7 @@ from sqlalchemy import (
     Select,
     Text,
     and_,
+    case,
     cast,
     func,
     literal,
@@ -698,12 +699,61 @@ def _quoted(term: ColumnElement[Any]) -> ColumnElement[str]:
     return literal("'", Text) + escaped + literal("'", Text)
 
 
+def _query_terms(fusion: Fusion) -> tuple[CTE, ScalarSelect[Any]]:
+    """(terms, any_term): the query's lexemes, each with its one-lexeme probe, and the query
+    matching any of them (NULL when the query has no term, which matches nothing)."""
+    term = func.unnest(_terms(fusion)).table_valued("term", name="query_terms").render_derived()
+    terms = (
+        select(term.c.term, cast(_quoted(term.c.term), TSQUERY).label("probe"))
+        .select_from(term)
+        .cte("terms")
+    )
+    any_term = select(
+        cast(func.string_agg(_quoted(terms.c.term), literal(" | ", Text)), TSQUERY)
+    ).scalar_subquery()
+    return terms, any_term
+
+
+def _seen(
+    scope: Visible,
+    query_vector: list[float],
+    filters: MemoryFilters,
+    any_term: ScalarSelect[Any],
+    gate: list[ColumnElement[bool]],
+) -> CTE:
+    """Every visible row once, with its cosine distance and, when it matches a query term, its
+    lexemes (NULL otherwise, so only matching rows carry them): the one scan of the table an
+    exact hybrid search makes. Each scan of `memories` also costs its row-level security
+    checks, so reading the set once for both legs and the idf count is most of the saving."""
+    distance = Memory.embedding.cosine_distance(query_vector)
+    matching = case((Memory.lexical.op("@@")(any_term), Memory.lexical), else_=null())
+    return (
+        scope.select(Memory.id.label("id"), distance.label("distance"), matching.label("lexical"))
+        .where(*filters.conditions(), *gate)
+        .cte("seen")
+        .prefix_with("MATERIALIZED")
+    )
+
+
+def _nearest_seen(seen: CTE, depth: int) -> FromClause:
+    """The vector leg of an exact hybrid search: the `depth` nearest of the seen rows."""
+    return (
+        select(seen.c.id, seen.c.distance)
+        .order_by(seen.c.distance, seen.c.id)
+        .limit(depth)
+        .subquery("nearest")
+    )
+
+
 def _lexical_leg(
     scope: Visible,
     query_vector: list[float],
     filters: MemoryFilters,
     fusion: Fusion,
     gate: list[ColumnElement[bool]],
+    *,
+    seen: CTE | None = None,
+    query_terms: tuple[CTE, ScalarSelect[Any]] | None = None,
 ) -> tuple[CTE, CTE]:
     """(weights, ranked): every visible row matching a query term with its cosine distance and
     its weight, and the `depth` heaviest of them with their rank.
@@ -716,32 +766,37 @@ def _lexical_leg(
     rows only: counting other spaces' rows would let their words move the caller's ranks.
 
     Each (row, term) pair is tested once with `@@` on a one-lexeme query (a binary search in
-    the row's sorted lexemes), not by comparing text arrays."""
-    term = func.unnest(_terms(fusion)).table_valued("term", name="query_terms").render_derived()
-    terms = (
-        select(term.c.term, cast(_quoted(term.c.term), TSQUERY).label("probe"))
-        .select_from(term)
-        .cte("terms")
-    )
-    # NULL when the query has no term, which matches nothing.
-    any_term = select(
-        cast(func.string_agg(_quoted(terms.c.term), literal(" | ", Text)), TSQUERY)
-    ).scalar_subquery()
-    distance = Memory.embedding.cosine_distance(query_vector)
-    pool = (
-        scope.select(Memory.id.label("id"), distance.label("distance"), Memory.lexical)
-        .where(*filters.conditions(), Memory.lexical.op("@@")(any_term), *gate)
-        .cte("pool")
-        .prefix_with("MATERIALIZED")
-    )
+    the row's sorted lexemes), not by comparing text arrays.
+
+    `seen` (`_seen`): the visible rows, already read once for the vector leg, with the
+    lexemes of those matching a term; the pool and the count come from it instead of two
+    more scans of the table."""
+    terms, any_term = query_terms if query_terms is not None else _query_terms(fusion)
+    if seen is None:
+        distance = Memory.embedding.cosine_distance(query_vector)
+        pool: CTE = (
+            scope.select(Memory.id.label("id"), distance.label("distance"), Memory.lexical)
+            .where(*filters.conditions(), Memory.lexical.op("@@")(any_term), *gate)
+            .cte("pool")
+            .prefix_with("MATERIALIZED")
+        )
+        # Behind the same size gate as the pool: a set too large to rank is not counted either.
+        visible_rows = (
+            scope.select(func.count()).where(*filters.conditions(), *gate).scalar_subquery()
+        )
+    else:
+        pool = (
+            select(seen.c.id, seen.c.distance, seen.c.lexical)
+            .where(seen.c.lexical.is_not(None))
+            .cte("pool")
+        )
+        visible_rows = select(func.count()).select_from(seen).scalar_subquery()
     held = (
         select(pool.c.id, pool.c.distance, terms.c.term)
         .select_from(pool.join(terms, pool.c.lexical.op("@@")(terms.c.probe)))
         .cte("held")
         .prefix_with("MATERIALIZED")
     )
-    # Behind the same size gate as the pool: a set too large to rank is not counted either.
-    visible_rows = scope.select(func.count()).where(*filters.conditions(), *gate).scalar_subquery()
     df = (
         select(terms.c.term, func.count(held.c.id).label("df"))
         .select_from(terms.outerjoin(held, held.c.term == terms.c.term))
@@ -779,28 +834,6 @@ def _vector_ranked(nearest: FromClause) -> CTE:
     ).cte("vector_ranked")
 
 
-def _exact_nearest(
-    scope: Visible,
-    query_vector: list[float],
-    filters: MemoryFilters,
-    depth: int,
-    gate: list[ColumnElement[bool]],
-) -> FromClause:
-    """The `depth` nearest visible rows, by the plan `_exact` explains (no floor here: ranks
-    are over every visible row, and the rows that clear a floor are a prefix of them)."""
-    distance = Memory.embedding.cosine_distance(query_vector)
-    scored = scope.select(Memory.id.label("id"), distance.label("distance")).where(
-        *filters.conditions(), *gate
-    )
-    fenced = scored.offset(0).subquery("scored")
-    return (
-        select(fenced.c.id, fenced.c.distance)
-        .order_by(fenced.c.distance, fenced.c.id)
-        .limit(depth)
-        .subquery("nearest")
-    )
-
-
 def _fused(
     scope: Visible,
     query_vector: list[float],
@@ -811,6 +844,8 @@ def _fused(
     nearest: FromClause | None,
     gate: list[ColumnElement[bool]],
     restore: ColumnElement[str] | None = None,
+    seen: CTE | None = None,
+    query_terms: tuple[CTE, ScalarSelect[Any]] | None = None,
 ) -> Select[Any]:
     """One statement: both legs from the same `scope`, fused, the floor applied, the k best
     fetched. `nearest` is the vector leg's (id, distance) rows (exact or walked; None for a
@@ -818,7 +853,9 @@ def _fused(
     admitted when its cosine clears the vector floor or its weight the lexical floor. Both
     admitted sets are prefixes of their leg's order, so with depth >= k the answer holds k
     rows whenever k visible rows clear the floor (never under-filled)."""
-    weights, lexical = _lexical_leg(scope, query_vector, filters, fusion, gate)
+    weights, lexical = _lexical_leg(
+        scope, query_vector, filters, fusion, gate, seen=seen, query_terms=query_terms
+    )
     vector = None if nearest is None else _vector_ranked(nearest)
     if vector is None:
         candidates = select(
@@ -918,15 +955,27 @@ async def search_fused_within(
     if size_limit is not None:
         bound = live_rows_up_to(scope, size_limit + 1, *filters.conditions())
         gate.append(bound <= size_limit)
-    nearest = (
-        None
-        if fusion.lexical_only
-        else _exact_nearest(scope, query_vector, filters, fusion.depth, gate)
-    )
     restore = None if budget is None else budget.restoring()
-    statement = _fused(
-        scope, query_vector, filters, fusion, k=k, nearest=nearest, gate=gate, restore=restore
-    )
+    if fusion.lexical_only:
+        # The pool is found through the lexical index: no scan of every visible row.
+        statement = _fused(
+            scope, query_vector, filters, fusion, k=k, nearest=None, gate=gate, restore=restore
+        )
+    else:
+        query_terms = _query_terms(fusion)
+        seen = _seen(scope, query_vector, filters, query_terms[1], gate)
+        statement = _fused(
+            scope,
+            query_vector,
+            filters,
+            fusion,
+            k=k,
+            nearest=_nearest_seen(seen, fusion.depth),
+            gate=gate,
+            restore=restore,
+            seen=seen,
+            query_terms=query_terms,
+        )
     hits = _fused_hits((await session.execute(statement)).all())
     if hits or size_limit is None:
         if hits and budget is not None:

@@ -308,14 +308,19 @@ def visible(principal: Principal, action: Action) -> Visible:
 
 
 def _granted_array(principal: Principal, action: Action) -> ColumnElement[Any]:
+    """The granted spaces as one `uuid[]`, computed once per statement: a CTE (hoisted to the
+    statement's top), so a search whose legs, gates and recheck each test the predicate reads
+    the grants once, instead of planning and running one subquery per use."""
     granted = _granted_spaces(principal, action).subquery()
-    array = (
-        sa_select(func.coalesce(func.array_agg(granted.c.id), literal([], _UUID_ARRAY)))
+    spaces = (
+        sa_select(
+            func.coalesce(func.array_agg(granted.c.id), literal([], _UUID_ARRAY)).label("ids")
+        )
         .select_from(granted)
-        .scalar_subquery()
+        .cte(f"{action.value}_spaces")
     )
     # The cast makes `= ANY(...)` take the array value, not the subquery's rows.
-    return cast(array, _UUID_ARRAY)
+    return cast(sa_select(spaces.c.ids).scalar_subquery(), _UUID_ARRAY)
 
 
 async def granted_space_ids(
