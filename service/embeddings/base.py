@@ -44,6 +44,13 @@ class Embedder(Protocol):
     async def embed(self, texts: Sequence[str]) -> list[list[float]]: ...
 
 
+def model_tag(embedder: Embedder) -> str:
+    """What a row records as its `embedding_model`: `provider/model@dimensions`. A search's
+    vector leg ranks only rows of the query's tag, and `embeddings.reembed` re-embeds the rows
+    of any other."""
+    return f"{embedder.model_id}@{embedder.dimensions}"
+
+
 # pgvector stores float4 and computes cosine distance in single precision: an element beyond
 # float4's range cannot be stored, and a vector whose squared length overflows or vanishes
 # there has no cosine (distance NaN, a score of null). Bounds kept clear of float4's limits

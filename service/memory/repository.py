@@ -21,6 +21,7 @@ from sqlalchemy import (
     Select,
     Text,
     and_,
+    case,
     cast,
     func,
     literal,
@@ -50,6 +51,11 @@ class MemoryFilters:
     kind: str | None = None
     key: str | None = None
     space_id: uuid.UUID | None = None
+    embedding_model: str | None = None
+    """The query vector's model (`model_tag`): a vector leg ranks only rows embedded by it, so
+    no cosine compares vectors of two models (embeddings.reembed leaves rows of the old one
+    until it has re-embedded them; the lexical leg still finds those). None: any row (tools
+    and benchmarks with a single model)."""
 
     def conditions(self) -> list[Any]:
         pairs = (
@@ -59,6 +65,20 @@ class MemoryFilters:
             (Memory.space_id, self.space_id),
         )
         return [column == value for column, value in pairs if value is not None]
+
+    def vector_conditions(self) -> list[Any]:
+        """`conditions()` for a vector leg: rows of the query's model only."""
+        if self.embedding_model is None:
+            return self.conditions()
+        return [*self.conditions(), Memory.embedding_model == self.embedding_model]
+
+    def cosine_distance(self, query_vector: list[float]) -> ColumnElement[Any]:
+        """A row's cosine distance to the query, NULL for a row of another model (a lexical
+        hit of such a row shows no cosine rather than one between two models' vectors)."""
+        distance: ColumnElement[Any] = Memory.embedding.cosine_distance(query_vector)
+        if self.embedding_model is None:
+            return distance
+        return case((Memory.embedding_model == self.embedding_model, distance), else_=null())
 
 
 GROUPABLE = {"kind": Memory.kind, "space": Memory.space_id, "subject": Memory.subject}
@@ -153,7 +173,9 @@ class FusedHit:
     weight it matches (None: it matches no term), and its reciprocal-rank-fusion value."""
 
     row: MemoryRow
-    score: float
+    score: float | None
+    """None: the row was embedded by another model than the query (a re-embedding is under
+    way) and was found by its words."""
     lexical_score: float | None
     fused_score: float
 
@@ -496,7 +518,7 @@ async def search_approximate(
     distance = Memory.embedding.cosine_distance(query_vector)
     nearest = (
         scope.select(Memory.id.label("id"), distance.label("distance"))
-        .where(*filters.conditions())
+        .where(*filters.vector_conditions())
         .order_by(distance)
         .limit(k)
         .cte("nearest")
@@ -625,7 +647,7 @@ def _exact(
     visible row, the fence stores nothing."""
     distance = Memory.embedding.cosine_distance(query_vector)
     scored = scope.select(Memory.id.label("id"), distance.label("distance")).where(
-        *filters.conditions()
+        *filters.vector_conditions()
     )
     if min_score is not None:
         scored = scored.where(distance <= 1.0 - min_score)
@@ -727,7 +749,7 @@ def _lexical_leg(
     any_term = select(
         cast(func.string_agg(_quoted(terms.c.term), literal(" | ", Text)), TSQUERY)
     ).scalar_subquery()
-    distance = Memory.embedding.cosine_distance(query_vector)
+    distance = filters.cosine_distance(query_vector)
     pool = (
         scope.select(Memory.id.label("id"), distance.label("distance"), Memory.lexical)
         .where(*filters.conditions(), Memory.lexical.op("@@")(any_term), *gate)
@@ -790,7 +812,7 @@ def _exact_nearest(
     are over every visible row, and the rows that clear a floor are a prefix of them)."""
     distance = Memory.embedding.cosine_distance(query_vector)
     scored = scope.select(Memory.id.label("id"), distance.label("distance")).where(
-        *filters.conditions(), *gate
+        *filters.vector_conditions(), *gate
     )
     fenced = scored.offset(0).subquery("scored")
     return (
@@ -890,7 +912,7 @@ def _fused_hits(rows: Sequence[Row[Any]]) -> list[FusedHit]:
     return [
         FusedHit(
             cast_row(row),
-            float(row.score),
+            None if row.score is None else float(row.score),
             None if row.lexical_score is None else float(row.lexical_score),
             float(row.fused_score),
         )
@@ -952,7 +974,7 @@ async def search_fused_approximate(
     distance = Memory.embedding.cosine_distance(query_vector)
     nearest = (
         scope.select(Memory.id.label("id"), distance.label("distance"))
-        .where(*filters.conditions())
+        .where(*filters.vector_conditions())
         .order_by(distance)
         .limit(fusion.depth)
         .cte("nearest")
