@@ -26,6 +26,16 @@ class EmbeddingFailed(
         return {"Retry-After": "5"}
 
 
+class EmbeddingDimensionsMismatch(
+    Problem,
+    slug="embedding-dimensions-mismatch",
+    status=409,
+    title="Embedding model does not fit the schema",
+):
+    """The configured embedding model makes vectors of another size than the schema's vector
+    column: re-embedding cannot change the column, a migration must; nothing was changed."""
+
+
 class Embedder(Protocol):
     @property
     def model_id(self) -> str:

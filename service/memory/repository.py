@@ -10,12 +10,16 @@ from datetime import datetime
 from typing import Any, Protocol
 from typing import cast as cast_type
 
+from pgvector.sqlalchemy import Vector
 from sqlalchemy import (
     CTE,
     BigInteger,
     ColumnElement,
+    Date,
     Float,
     FromClause,
+    Integer,
+    LargeBinary,
     Row,
     ScalarSelect,
     Select,
@@ -23,17 +27,19 @@ from sqlalchemy import (
     and_,
     case,
     cast,
+    column,
     func,
     literal,
     null,
     or_,
     select,
+    values,
 )
 from sqlalchemy.dialects.postgresql import ARRAY, REGCONFIG, TSQUERY, UUID
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from service.db.models import Memory
+from service.db.models import EMBEDDING_DIMENSIONS, Memory, MemoryRecall, Space
 from service.policy.visible import Liveness, Visible, live_rows_up_to
 
 _UUIDS = ARRAY(UUID)
@@ -1103,10 +1109,160 @@ async def history(
     return rows
 
 
+@dataclass(frozen=True)
+class AgedBatch:
+    examined: int
+    """Live rows of spaces with `max_unused_days` looked at (at most the batch size)."""
+    unused: list[uuid.UUID]
+    """Those neither written nor recalled within their space's `max_unused_days`."""
+    last: uuid.UUID | None
+    """The last row examined (where the next batch starts)."""
+
+
+def _last_used_day() -> ColumnElement[Any]:
+    """The UTC day a row was last written (`recorded_at`) or recalled (`memory_recalls`,
+    whichever is later; `greatest` skips a missing recall)."""
+    written = cast(func.timezone("UTC", Memory.recorded_at), Date)
+    return func.greatest(written, MemoryRecall.recalled_on)
+
+
+async def age_unused(
+    session: AsyncSession,
+    scope: Visible,
+    *,
+    after: uuid.UUID | None,
+    size: int,
+    space_id: uuid.UUID | None,
+    expire: bool,
+) -> AgedBatch:
+    """One batch of `memory.age_unused`, in one statement: the next `size` live rows (by id,
+    after `after`) of the spaces whose settings give `max_unused_days`, under `scope` (the
+    job principal's write predicate: it also reads them); those last used more than that many
+    whole days ago (UTC) are unused; with `expire` their `expires_at` is set to now, in
+    place: no new version, the chain unchanged, and every read leaves them out at once (the
+    TTL sweep removes them later). Only rows with no earlier expiry are touched (an expired
+    row is not live)."""
+    days = cast(Space.settings["max_unused_days"].astext, Integer)
+    today = cast(func.timezone("UTC", func.now()), Date)
+    examined = (
+        scope.select(Memory.id, (_last_used_day() < today - days).label("unused"))
+        .join(Space, and_(Space.tenant_id == Memory.tenant_id, Space.id == Memory.space_id))
+        .outerjoin(
+            MemoryRecall,
+            and_(MemoryRecall.tenant_id == Memory.tenant_id, MemoryRecall.memory_id == Memory.id),
+        )
+        .where(Space.settings.has_key("max_unused_days"))
+    )
+    if after is not None:
+        examined = examined.where(Memory.id > after)
+    if space_id is not None:
+        examined = examined.where(Memory.space_id == space_id)
+    batch = examined.order_by(Memory.id).limit(size).cte("examined").prefix_with("MATERIALIZED")
+    unused = select(batch.c.id).where(batch.c.unused)
+    if expire:
+        touched = (
+            scope.update()
+            .where(Memory.id.in_(unused))
+            .values(expires_at=func.now())
+            .returning(Memory.id)
+            .cte("expired")
+        )
+        picked = select(func.array_agg(touched.c.id)).scalar_subquery()
+    else:
+        picked = select(func.array_agg(batch.c.id)).where(batch.c.unused).scalar_subquery()
+    statement = select(
+        select(func.count()).select_from(batch).scalar_subquery(),
+        picked,
+        select(batch.c.id).order_by(batch.c.id.desc()).limit(1).scalar_subquery(),
+    )
+    count_, ids, last = (await session.execute(statement)).one()
+    return AgedBatch(int(count_), list(ids or []), last)
+
+
+@dataclass(frozen=True)
+class StaleRow:
+    """A version whose vector another model made: what re-embedding needs of it."""
+
+    id: uuid.UUID
+    value: str
+    content_hash: bytes
+    embedding_model: str
+
+
+_STALE = Liveness.any_version()
+"""Every version a read can reach (time travel ranks superseded ones too); retracted stubs
+have no vector, and expired or revoked rows are re-embedded if they ever come back (a later
+run finds them)."""
+
+
+async def stale_embeddings(
+    session: AsyncSession,
+    scope: Visible,
+    model: str,
+    *,
+    after: uuid.UUID | None,
+    size: int,
+    space_id: uuid.UUID | None,
+) -> list[StaleRow]:
+    """The next `size` versions (by id, after `after`) under `scope` whose vector was not made
+    by `model`."""
+    statement = scope.select(
+        Memory.id, Memory.value, Memory.content_hash, Memory.embedding_model, liveness=_STALE
+    ).where(Memory.embedding_model != model, Memory.embedding.is_not(None))
+    if after is not None:
+        statement = statement.where(Memory.id > after)
+    if space_id is not None:
+        statement = statement.where(Memory.space_id == space_id)
+    rows = (await session.execute(statement.order_by(Memory.id).limit(size))).all()
+    return [StaleRow(row[0], row[1], row[2], row[3]) for row in rows]
+
+
+async def set_embeddings(
+    session: AsyncSession,
+    scope: Visible,
+    model: str,
+    fresh: Sequence[tuple[StaleRow, list[float]]],
+) -> list[uuid.UUID]:
+    """Store the new vectors and their model in one statement, in place (a vector is derived
+    from the value, not a new version). A row is updated only if it is still what was embedded
+    (same content hash, same old model): one retracted or re-embedded meanwhile is left alone."""
+    if not fresh:
+        return []
+    given = values(
+        column("id", UUID),
+        column("content_hash", LargeBinary),
+        column("old_model", Text),
+        column("vector", Text),
+        name="fresh",
+    ).data(
+        [
+            (row.id, row.content_hash, row.embedding_model, _vector_text(vector))
+            for row, vector in fresh
+        ]
+    )
+    updated = await session.scalars(
+        scope.update(liveness=_STALE)
+        .where(
+            Memory.id == given.c.id,
+            Memory.content_hash == given.c.content_hash,
+            Memory.embedding_model == given.c.old_model,
+        )
+        .values(embedding=cast(given.c.vector, Vector(EMBEDDING_DIMENSIONS)), embedding_model=model)
+        .returning(Memory.id)
+    )
+    return list(updated.all())
+
+
+def _vector_text(vector: list[float]) -> str:
+    """pgvector's text form (`[1.0,2.0]`): the VALUES list carries it as text, cast once."""
+    return "[" + ",".join(repr(float(v)) for v in vector) + "]"
+
+
 __all__ = [
     "ANSWER",
     "GROUPABLE",
     "RRF_K",
+    "AgedBatch",
     "AnnTuning",
     "FusedHit",
     "Fusion",
@@ -1117,9 +1273,11 @@ __all__ = [
     "MemoryRow",
     "ReadBudget",
     "ReadCancelled",
+    "StaleRow",
     "SubjectKeys",
     "Supersession",
     "Version",
+    "age_unused",
     "count",
     "get",
     "history",
@@ -1135,5 +1293,7 @@ __all__ = [
     "search_exact_within",
     "search_fused_approximate",
     "search_fused_within",
+    "set_embeddings",
+    "stale_embeddings",
     "supersede",
 ]
