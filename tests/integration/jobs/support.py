@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from service.auth.principal import Principal
+from service.auth.tokens import TrustedIssuer, VerifiedToken
 from service.calls import Call
 from service.embeddings import Embedder
 from service.jobs.declare import Batch, BatchDone, Job, RunScope
@@ -26,6 +27,26 @@ def job_principal(api: Api, principal_id: str | uuid.UUID) -> Principal:
         scopes=frozenset({"run:jobs"}),
         token_id="job",
         issuer="job",
+    )
+
+
+def job_token(runtime: Runtime, principal: Principal) -> VerifiedToken:
+    issuer = TrustedIssuer(
+        issuer=runtime.issuer.issuer,
+        audience=runtime.issuer.audience,
+        algorithms=(runtime.settings.auth.signing_alg,),
+        keys=runtime.embedded_keys,
+        embedded=True,
+    )
+    return VerifiedToken(
+        issuer=issuer,
+        tenant_id=principal.tenant_id,
+        subject=str(principal.principal_id),
+        client_id=principal.client_id,
+        scopes=principal.scopes,
+        token_id=principal.token_id,
+        act=None,
+        claims={},
     )
 
 
@@ -51,6 +72,9 @@ async def run_batch(
 ) -> BatchDone:
     """One batch in its own call: committed with its audit row, or rolled back if it raised."""
     call = Call(runtime, job.name, "JOB", f"/jobs/{job.name}", caller=principal)
+    # The audit row names an authenticated caller only with a token: the job's own, as the
+    # runner will hold one (until then, made here).
+    call.identify(principal, job_token(runtime, principal))
     try:
         try:
             done = await job.run_batch(Batch(call, principal, runtime, scope, cursor, size))
@@ -102,6 +126,8 @@ class RenamedModel:
         self.calls = 0
         self.fail_on_call: int | None = None
         """Raise on this call (1-based): a provider failing mid-run."""
+        self.while_asked: Callable[[], Awaitable[None]] | None = None
+        """Run while the provider is "answering" (to look at the database meanwhile)."""
 
     @property
     def model_id(self) -> str:
@@ -119,6 +145,8 @@ class RenamedModel:
         self.calls += 1
         if self.fail_on_call == self.calls:
             raise RuntimeError("the provider went away")
+        if self.while_asked is not None:
+            await self.while_asked()
         return [list(reversed(vector)) for vector in await self._inner.embed(texts)]
 
 
