@@ -282,10 +282,14 @@ async def test_revert_with_no_readable_source_left_meets_the_evidence_gate(api: 
 async def _evidence_space(api: Api, *members: Agent) -> str:
     team = await _shared_space(api, *members, name="decisions")
     on = await api.http.put(
-        f"/v1/spaces/{team}/settings", json={"evidence_gate": True, "max_unused_days": None}, headers=api.admin.headers
+        f"/v1/spaces/{team}/settings", json={"evidence_gate": True}, headers=api.admin.headers
     )
     assert on.status_code == 200, on.text
-    assert on.json()["settings"] == {"write_gate": True, "evidence_gate": True, "max_unused_days": None}
+    assert on.json()["settings"] == {
+        "write_gate": True,
+        "evidence_gate": True,
+        "max_unused_days": None,
+    }
     return team
 
 
