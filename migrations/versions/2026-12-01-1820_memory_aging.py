@@ -8,6 +8,10 @@ that knows each vector's model.
   nothing a reader could not see, and noting it needs no grant). No foreign key to `memories`:
   a batch must not fail because a memory it names was swept meanwhile; a swept memory's
   recall row is only an id and a day, and goes with its tenant.
+- Deleting a tenant (`memgate_retire_tenant`, which keeps the `tenants` row, so the cascade
+  never fires) deletes its recall rows too: the function gets one `DELETE` more, inserted
+  into its current definition (and taken out again on downgrade), so its other steps stay as
+  migration `tenants_lifecycle` wrote them.
 - `ix_memories_visible_scan` also holds `embedding_model`: the vector leg of a search ranks
   only rows embedded by the query's model (a re-embedding run leaves some rows on the old
   one), and that test must not send the exact scan to the heap.
@@ -48,6 +52,26 @@ CREATE POLICY memory_recalls_tenant ON memory_recalls TO {APP_ROLE}
 """
 
 
+USAGE_STEP = "DELETE FROM tenant_usage WHERE tenant_id = p_tenant;"
+RECALLS_STEP = "DELETE FROM memory_recalls WHERE tenant_id = p_tenant;"
+
+
+def _retire_tenant(find: str, put: str) -> str:
+    """Redefine `memgate_retire_tenant` with `find` replaced by `put` (refusing if absent)."""
+    return f"""
+DO $migration$
+DECLARE
+    definition text := pg_get_functiondef('memgate_retire_tenant(uuid)'::regprocedure);
+BEGIN
+    IF position('{find}' IN definition) = 0 THEN
+        RAISE EXCEPTION 'memgate_retire_tenant does not hold the expected step';
+    END IF;
+    EXECUTE replace(definition, '{find}', '{put}');
+END
+$migration$;
+"""
+
+
 def _scan_index(*included: str) -> str:
     return (
         "CREATE INDEX ix_memories_visible_scan ON memories (tenant_id, space_id) "
@@ -62,6 +86,7 @@ AFTER = (*BEFORE, "embedding_model")
 def upgrade() -> None:
     op.execute("SET LOCAL lock_timeout = '5s'")
     op.execute(RECALLS)
+    op.execute(_retire_tenant(USAGE_STEP, f"{USAGE_STEP}\n    {RECALLS_STEP}"))
     op.execute("DROP INDEX ix_memories_visible_scan")
     op.execute(_scan_index(*AFTER))
 
@@ -70,4 +95,5 @@ def downgrade() -> None:
     op.execute("SET LOCAL lock_timeout = '5s'")
     op.execute("DROP INDEX ix_memories_visible_scan")
     op.execute(_scan_index(*BEFORE))
+    op.execute(_retire_tenant(f"{USAGE_STEP}\n    {RECALLS_STEP}", USAGE_STEP))
     op.execute("DROP TABLE memory_recalls")

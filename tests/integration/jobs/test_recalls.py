@@ -171,3 +171,27 @@ async def test_noting_recalls_adds_no_statement_to_a_search_or_a_get(api: Api) -
     first = uuid.UUID(written[0]["id"])
     assert log.pending == 10 + (0 if first in {hit.memory.id for hit in found.hits} else 1)
     await log.close()
+
+
+async def test_deleting_a_tenant_deletes_its_recalls(api: Api) -> None:
+    """`memgate_retire_tenant` keeps the tenants row (no cascade), so it deletes them itself."""
+    admin = await Api.platform(api.http, api.runtime)
+    other = await api.other_tenant("to-be-retired")
+    bob = await other.new_agent("bob")
+    alice = await api.new_agent("alice")
+    theirs = await other.remember(bob, value="Deploys happen on Fridays")
+    mine = await api.remember(alice, value="Deploys happen on Tuesdays")
+    api.runtime.recalls.note(uuid.UUID(other.tenant_id), [uuid.UUID(theirs["id"])])
+    api.runtime.recalls.note(uuid.UUID(api.tenant_id), [uuid.UUID(mine["id"])])
+    await api.runtime.recalls.flush()
+    assert set(await recalled(api)) == {theirs["id"], mine["id"]}
+
+    path = f"/v1/tenants/{other.tenant_id}"
+    disabled = await admin.http.post(f"{path}/disable", headers=admin.admin.headers)
+    assert disabled.status_code == 200, disabled.text
+    plan = (await admin.http.delete(path, headers=admin.admin.headers)).json()
+    done = await admin.http.delete(
+        path, params={"confirm": plan["confirm"]}, headers=admin.admin.headers
+    )
+    assert done.status_code == 200, done.text
+    assert set(await recalled(api)) == {mine["id"]}
