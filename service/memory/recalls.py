@@ -22,6 +22,7 @@ from datetime import UTC, date, datetime
 import structlog
 from sqlalchemy import Date, cast, func, literal, select
 from sqlalchemy.dialects.postgresql import ARRAY, UUID, Insert, insert
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from service.db.models import MemoryRecall
@@ -84,6 +85,8 @@ class RecallLog:
                 await self.flush()
             except Exception as exc:  # the database is away: the recalls wait for the next try
                 _log.warning("recall_flush_failed", error_type=type(exc).__name__)
+                # Not at once again, however many reads note ids meanwhile.
+                await asyncio.sleep(self._settings.flush_seconds)
 
     async def flush(self) -> int:
         """Write what waits, one transaction per tenant; returns how many recalls were written.
@@ -97,14 +100,21 @@ class RecallLog:
         by_tenant: dict[uuid.UUID, dict[uuid.UUID, date]] = {}
         for (tenant_id, memory_id), on in taken.items():
             by_tenant.setdefault(tenant_id, {})[memory_id] = on
-        written = 0
+        written, failed = 0, None
         for tenant_id, recalls in by_tenant.items():
             try:
                 await self._write(tenant_id, recalls)
-            except Exception:
+            except IntegrityError:
+                # The tenant is gone (its row deleted): keeping these would fail for ever.
+                _log.warning("recalls_of_unknown_tenant_dropped", dropped=len(recalls))
+                continue
+            except Exception as exc:  # kept for the next flush; the other tenants go on
                 self._keep(tenant_id, recalls)
-                raise
+                failed = failed or exc
+                continue
             written += len(recalls)
+        if failed is not None:
+            raise failed
         return written
 
     def _keep(self, tenant_id: uuid.UUID, recalls: dict[uuid.UUID, date]) -> None:
@@ -122,7 +132,9 @@ class RecallLog:
         async with self._sessionmaker.begin() as session:
             await name_tenant(session, tenant_id)
             for on, ids in by_day.items():  # one day, except across midnight
-                await session.execute(_upsert(tenant_id, ids, on))
+                # In id order: replicas upserting the same ids lock them in the same order,
+                # so two flushes never deadlock.
+                await session.execute(_upsert(tenant_id, sorted(ids), on))
 
     async def close(self) -> None:
         """Stop the writer and write what waits (a clean stop loses nothing)."""

@@ -195,3 +195,15 @@ async def test_deleting_a_tenant_deletes_its_recalls(api: Api) -> None:
     )
     assert done.status_code == 200, done.text
     assert set(await recalled(api)) == {mine["id"]}
+
+
+async def test_a_tenant_that_cannot_be_written_does_not_hold_up_the_others(api: Api) -> None:
+    """A tenant whose row is gone fails its upsert (foreign key): its recalls are dropped, not
+    retried for ever, and the other tenants' are written in the same flush."""
+    alice = await api.new_agent("alice")
+    mine = await api.remember(alice, value="Deploys happen on Tuesdays")
+    api.runtime.recalls.note(uuid.uuid4(), [uuid.uuid4()])
+    api.runtime.recalls.note(uuid.UUID(api.tenant_id), [uuid.UUID(mine["id"])])
+    assert await api.runtime.recalls.flush() == 1
+    assert await recalled(api) == {mine["id"]: today()}
+    assert api.runtime.recalls.pending == 0
