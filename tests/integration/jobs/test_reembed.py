@@ -170,6 +170,17 @@ async def test_search_during_a_half_done_run_answers_correctly(api: Api) -> None
         assert {str(hit.memory.id) for hit in vector.hits} <= fresh
         assert all(hit.score is not None for hit in vector.hits)
 
+    # Through the API of a replica still on the old model (api.http): a re-embedded row is
+    # the "other model" there, found by its words with `score: null` in the JSON answer.
+    for key, memory_id in fresh_live.items():
+        value = FACTS.get(key, "Deploys happen on Wednesdays now")
+        response = await api.search(alice, value, k=3)
+        assert response.status_code == 200, response.text
+        top = response.json()["hits"][0]
+        assert top["memory"]["id"] == memory_id
+        assert top["score"] is None
+        assert top["lexical_score"] > 0.5
+
     # The old deployment (a replica not yet restarted) searches its own model's rows the same way.
     for key, memory_id in stale_live.items():
         value = FACTS.get(key, "Deploys happen on Wednesdays now")
