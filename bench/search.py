@@ -4,6 +4,7 @@ that the service makes, a global HNSW index with the permission filter and no it
 (the naive design), and a partial HNSW index built for exactly the visible set.
 
     .venv/bin/python -m bench.search [--rows 100000] [--queries 40] [--k 10] [--vectors text]
+                                     [--any-model]
 
 `--vectors text` (the default) embeds generated sentences with the offline WordLlama model,
 so vectors cluster by topic as real memories do; `--vectors random` loads random unit vectors,
@@ -123,7 +124,7 @@ def load(url: str, vectors: np.ndarray) -> tuple[uuid.UUID, list[uuid.UUID]]:
             for i, vector in enumerate(vectors):
                 space = spaces[i % N_SPACES]
                 fields = (tenant, uuid.uuid4(), space, owner, owner, "bench", "s", "fact")
-                copy.write_row((*fields, f"k{i}", "v", b"h", _vector_text(vector), "bench"))
+                copy.write_row((*fields, f"k{i}", "v", b"h", _vector_text(vector), BENCH_MODEL))
         started = time.perf_counter()
         conn.execute("SET maintenance_work_mem = '2GB'")
         conn.execute(definition[0])
@@ -140,12 +141,20 @@ def _recall(truth: Hits, hits: Hits, k: int) -> int:
     return sum(1 for _, distance in hits[:k] if distance <= kth + 1e-6)
 
 
-def _strategies(tenant: uuid.UUID, allowed: tuple[uuid.UUID, ...], k: int) -> dict[str, Search]:
+BENCH_MODEL = "bench"
+"""The `embedding_model` every loaded row records: the service's searches rank only rows of
+the query's model (`MemoryFilters.embedding_model`), so the strategies ask for it too."""
+
+
+def _strategies(
+    tenant: uuid.UUID, allowed: tuple[uuid.UUID, ...], k: int, any_model: bool = False
+) -> dict[str, Search]:
     scope = Visible.of_spaces(tenant, Action.READ, allowed)
     limits = MemorySettings()
     embedder = WordLlamaEmbedder()  # unused by `rank`, which gets the vector
     tuning = AnnTuning(limits.ann_ef_search, limits.ann_max_scan_tuples)
-    no_filters = MemoryFilters()
+    # `--any-model`: without the model test, the statements as they were before issue 13.
+    no_filters = MemoryFilters(embedding_model=None if any_model else BENCH_MODEL)
 
     def as_hits(rows: Sequence[Hit]) -> Hits:
         return [(row.id, 1.0 - score) for row, score in rows]
@@ -198,7 +207,9 @@ async def _measure(
     return result
 
 
-async def run(url: str, rows: int, queries: int, k: int, kind: str) -> None:
+async def run(
+    url: str, rows: int, queries: int, k: int, kind: str, any_model: bool = False
+) -> None:
     started = time.perf_counter()
     vectors = await _vectors(kind, rows + queries, seed=7)
     tenant, spaces = load(url, vectors[:rows])
@@ -209,7 +220,7 @@ async def run(url: str, rows: int, queries: int, k: int, kind: str) -> None:
     # Visible is built directly from space ids: grants are not what is measured here.
     for fraction in FRACTIONS:
         allowed = tuple(spaces[: max(1, int(len(spaces) * fraction))])
-        strategies = _strategies(tenant, allowed, k)
+        strategies = _strategies(tenant, allowed, k, any_model)
         truths: list[Hits] = []
         for vector in query_vectors:
             async with sessionmaker() as session, session.begin():
@@ -267,9 +278,14 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=40)
     parser.add_argument("--k", type=int, default=10)
     parser.add_argument("--vectors", choices=("text", "random"), default="text")
+    parser.add_argument(
+        "--any-model",
+        action="store_true",
+        help="rank rows of any embedding model (the statements before issue 13), for comparison",
+    )
     args = parser.parse_args()
     with bench_database() as url:
-        asyncio.run(run(url, args.rows, args.queries, args.k, args.vectors))
+        asyncio.run(run(url, args.rows, args.queries, args.k, args.vectors, args.any_model))
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ from service.db.roles import login_problems
 from service.db.session import create_engine, create_sessionmaker
 from service.embeddings import Embedder, EmbeddingFailed, EmbeddingInvalid, traced_embedder
 from service.issuers.directory import TenantIssuerDirectory
+from service.memory.recalls import RecallLog
 from service.observability.telemetry import instrument_engine
 from service.quotas.limiter import QUOTA_CONNECTIONS, Quotas
 from service.settings import Settings
@@ -66,12 +67,16 @@ class Runtime:
     quotas: Quotas
     """Tenant and client limits and this replica's share of their state (service/quotas), on
     connections of its own for the same reason."""
+    recalls: RecallLog
+    """The ids searches and gets answered, written in batches by a background task
+    (service/memory/recalls.py): what `memory.age_unused` reads."""
     platform_audit_slots: asyncio.Semaphore = field(
         default_factory=lambda: asyncio.Semaphore(PLATFORM_AUDIT_SLOTS)
     )
     """Connections the audit rows of unauthenticated calls may hold at once (service/calls.py)."""
 
     async def close(self) -> None:
+        await self.recalls.close()  # before the pool goes: the last recalls are written
         await self.read_audit.close()
         await self.quotas.close()
         await self.engine.dispose()
@@ -271,6 +276,7 @@ async def build_runtime(
             ),
             settings.quotas,
         ),
+        recalls=RecallLog(sessionmaker, settings.recalls),
         token_gate=TokenGate(
             max_in_flight=settings.auth.token_max_in_flight,
             max_in_flight_per_source=settings.auth.token_max_in_flight_per_source,

@@ -523,6 +523,44 @@ class QuotaSettings:
 
 
 @dataclass(frozen=True)
+class RecallSettings:
+    """How last recalls are noted (service/memory/recalls.py, docs/jobs.md "memory.age_unused").
+
+    A search or get notes the ids it returned in this process's memory; a background task
+    writes them, one statement per tenant, every `flush_seconds` or as soon as `flush_ids` are
+    waiting. What is waiting when the process dies is lost (at most `flush_seconds` of
+    recalls); a clean stop writes it.
+
+    flush_seconds: `MEMGATE_RECALL_FLUSH_SECONDS`; the longest a noted recall waits (0 < s <= 300).
+    flush_ids: `MEMGATE_RECALL_FLUSH_IDS`; write at once when this many ids wait.
+    max_pending: `MEMGATE_RECALL_MAX_PENDING`; the most ids held at once: past it, new recalls
+        are dropped (counted in the log) rather than growing the buffer while the database is
+        unreachable. At least `flush_ids`.
+    """
+
+    flush_seconds: float = 5.0
+    flush_ids: int = 1000
+    max_pending: int = 50_000
+
+    def __post_init__(self) -> None:
+        if not 0 < self.flush_seconds <= 300:
+            raise ValueError("MEMGATE_RECALL_FLUSH_SECONDS must be in (0, 300]")
+        if not 1 <= self.flush_ids <= self.max_pending <= 10_000_000:
+            raise ValueError(
+                "MEMGATE_RECALL_FLUSH_IDS must be at least 1 and at most "
+                "MEMGATE_RECALL_MAX_PENDING (at most 10,000,000)"
+            )
+
+    @classmethod
+    def from_env(cls) -> RecallSettings:
+        return cls(
+            flush_seconds=_env_float("MEMGATE_RECALL_FLUSH_SECONDS", 5.0),
+            flush_ids=_env_int("MEMGATE_RECALL_FLUSH_IDS", 1000),
+            max_pending=_env_int("MEMGATE_RECALL_MAX_PENDING", 50_000),
+        )
+
+
+@dataclass(frozen=True)
 class Settings:
     database: DatabaseSettings = field(default_factory=DatabaseSettings)
     server: ServerSettings = field(default_factory=ServerSettings)
@@ -532,6 +570,7 @@ class Settings:
     observability: ObservabilitySettings = field(default_factory=ObservabilitySettings)
     audit: AuditSettings = field(default_factory=AuditSettings)
     quotas: QuotaSettings = field(default_factory=QuotaSettings)
+    recalls: RecallSettings = field(default_factory=RecallSettings)
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -544,4 +583,5 @@ class Settings:
             observability=ObservabilitySettings.from_env(),
             audit=AuditSettings.from_env(),
             quotas=QuotaSettings.from_env(),
+            recalls=RecallSettings.from_env(),
         )

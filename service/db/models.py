@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 import uuid
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any
 
 from pgvector.sqlalchemy import Vector
@@ -15,6 +15,7 @@ from sqlalchemy import (
     Boolean,
     CheckConstraint,
     Computed,
+    Date,
     DateTime,
     Double,
     ForeignKeyConstraint,
@@ -199,7 +200,15 @@ class Memory(Base):
             "ix_memories_visible_scan",
             "tenant_id",
             "space_id",
-            postgresql_include=["id", "expires_at", "read_requires", "embedding"],
+            # `embedding_model`: the vector leg ranks only rows of the query's model
+            # (embeddings.reembed, docs/jobs.md), still from this index alone.
+            postgresql_include=[
+                "id",
+                "expires_at",
+                "read_requires",
+                "embedding",
+                "embedding_model",
+            ],
             postgresql_where=text(LIVE_ROW),
         ),
         # Sizing a visible set (the search path choice, counts) without reading its vectors.
@@ -293,12 +302,29 @@ class Memory(Base):
     version: Mapped[int] = mapped_column(Integer, nullable=False, server_default="1")
 
 
+class MemoryRecall(Base):
+    """The day a memory was last returned by a search or a get (service/memory/recalls.py):
+    what `memory.age_unused` compares with `max_unused_days`. Ids and dates only, no content;
+    kept apart from `memories` so that noting a recall never rewrites a memory row."""
+
+    __tablename__ = "memory_recalls"
+    __table_args__ = (
+        PrimaryKeyConstraint("tenant_id", "memory_id"),
+        ForeignKeyConstraint(["tenant_id"], ["tenants.tenant_id"], ondelete="CASCADE"),
+    )
+
+    tenant_id: Mapped[uuid.UUID] = mapped_column(UUID)
+    memory_id: Mapped[uuid.UUID] = mapped_column(UUID)
+    recalled_on: Mapped[date] = mapped_column(Date, nullable=False)
+
+
 __all__ = [
     "EMBEDDING_DIMENSIONS",
     "LIVE_ROW",
     "MEMORY_KINDS",
     "Client",
     "Memory",
+    "MemoryRecall",
     "Principal",
     "SigningKey",
     "Space",

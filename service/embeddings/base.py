@@ -26,6 +26,16 @@ class EmbeddingFailed(
         return {"Retry-After": "5"}
 
 
+class EmbeddingDimensionsMismatch(
+    Problem,
+    slug="embedding-dimensions-mismatch",
+    status=409,
+    title="Embedding model does not fit the schema",
+):
+    """The configured embedding model makes vectors of another size than the schema's vector
+    column: re-embedding cannot change the column, a migration must; nothing was changed."""
+
+
 class Embedder(Protocol):
     @property
     def model_id(self) -> str:
@@ -42,6 +52,13 @@ class Embedder(Protocol):
         ...
 
     async def embed(self, texts: Sequence[str]) -> list[list[float]]: ...
+
+
+def model_tag(embedder: Embedder) -> str:
+    """What a row records as its `embedding_model`: `provider/model@dimensions`. A search's
+    vector leg ranks only rows of the query's tag, and `embeddings.reembed` re-embeds the rows
+    of any other."""
+    return f"{embedder.model_id}@{embedder.dimensions}"
 
 
 # pgvector stores float4 and computes cosine distance in single precision: an element beyond

@@ -116,6 +116,7 @@ def _memories(call: Call, runtime: Runtime) -> MemoryService:
         tenant_limits(runtime, call),
         facts=call.facts,
         quotas=runtime.quotas,
+        recalls=runtime.recalls,
     )
 
 

@@ -78,6 +78,7 @@ def _service(call: Call, runtime: Runtime) -> MemoryService:
         tenant_limits(runtime, call),
         facts=call.facts,
         quotas=runtime.quotas,
+        recalls=runtime.recalls,
     )
 
 

@@ -114,3 +114,12 @@ REVERT = operation(
     EmbeddingFailed,
     success=201,
 )
+
+# Jobs (issue 13): run by the job runner as the tenant's job principal, one call per batch.
+AGE_UNUSED = operation(
+    "memory.age_unused",
+    "ageUnusedMemories",
+    "Expire the memories neither written nor recalled for their space's max_unused_days",
+    Scope.RUN_JOBS,
+    BadCursor,
+)

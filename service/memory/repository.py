@@ -10,12 +10,16 @@ from datetime import datetime
 from typing import Any, Protocol
 from typing import cast as cast_type
 
+from pgvector.sqlalchemy import Vector
 from sqlalchemy import (
     CTE,
     BigInteger,
     ColumnElement,
+    Date,
     Float,
     FromClause,
+    Integer,
+    LargeBinary,
     Row,
     ScalarSelect,
     Select,
@@ -23,17 +27,19 @@ from sqlalchemy import (
     and_,
     case,
     cast,
+    column,
     func,
     literal,
     null,
     or_,
     select,
+    values,
 )
 from sqlalchemy.dialects.postgresql import ARRAY, REGCONFIG, TSQUERY, UUID
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from service.db.models import Memory
+from service.db.models import EMBEDDING_DIMENSIONS, Memory, MemoryRecall, Space
 from service.policy.visible import Liveness, Visible, live_rows_up_to
 
 _UUIDS = ARRAY(UUID)
@@ -51,6 +57,11 @@ class MemoryFilters:
     kind: str | None = None
     key: str | None = None
     space_id: uuid.UUID | None = None
+    embedding_model: str | None = None
+    """The query vector's model (`model_tag`): a vector leg ranks only rows embedded by it, so
+    no cosine compares vectors of two models (embeddings.reembed leaves rows of the old one
+    until it has re-embedded them; the lexical leg still finds those). None: any row (tools
+    and benchmarks with a single model)."""
 
     def conditions(self) -> list[Any]:
         pairs = (
@@ -60,6 +71,20 @@ class MemoryFilters:
             (Memory.space_id, self.space_id),
         )
         return [column == value for column, value in pairs if value is not None]
+
+    def vector_conditions(self) -> list[Any]:
+        """`conditions()` for a vector leg: rows of the query's model only."""
+        if self.embedding_model is None:
+            return self.conditions()
+        return [*self.conditions(), Memory.embedding_model == self.embedding_model]
+
+    def cosine_distance(self, query_vector: list[float]) -> ColumnElement[Any]:
+        """A row's cosine distance to the query, NULL for a row of another model (a lexical
+        hit of such a row shows no cosine rather than one between two models' vectors)."""
+        distance: ColumnElement[Any] = Memory.embedding.cosine_distance(query_vector)
+        if self.embedding_model is None:
+            return distance
+        return case((Memory.embedding_model == self.embedding_model, distance), else_=null())
 
 
 GROUPABLE = {"kind": Memory.kind, "space": Memory.space_id, "subject": Memory.subject}
@@ -154,7 +179,9 @@ class FusedHit:
     weight it matches (None: it matches no term), and its reciprocal-rank-fusion value."""
 
     row: MemoryRow
-    score: float
+    score: float | None
+    """None: the row was embedded by another model than the query (a re-embedding is under
+    way) and was found by its words."""
     lexical_score: float | None
     fused_score: float
 
@@ -497,7 +524,7 @@ async def search_approximate(
     distance = Memory.embedding.cosine_distance(query_vector)
     nearest = (
         scope.select(Memory.id.label("id"), distance.label("distance"))
-        .where(*filters.conditions())
+        .where(*filters.vector_conditions())
         .order_by(distance)
         .limit(k)
         .cte("nearest")
@@ -626,7 +653,7 @@ def _exact(
     visible row, the fence stores nothing."""
     distance = Memory.embedding.cosine_distance(query_vector)
     scored = scope.select(Memory.id.label("id"), distance.label("distance")).where(
-        *filters.conditions()
+        *filters.vector_conditions()
     )
     if min_score is not None:
         scored = scored.where(distance <= 1.0 - min_score)
@@ -725,7 +752,7 @@ def _seen(
     lexemes (NULL otherwise, so only matching rows carry them): the one scan of the table an
     exact hybrid search makes. Each scan of `memories` also costs its row-level security
     checks, so reading the set once for both legs and the idf count is most of the saving."""
-    distance = Memory.embedding.cosine_distance(query_vector)
+    distance = filters.cosine_distance(query_vector)
     matching = case((Memory.lexical.op("@@")(any_term), Memory.lexical), else_=null())
     return (
         scope.select(Memory.id.label("id"), distance.label("distance"), matching.label("lexical"))
@@ -736,9 +763,11 @@ def _seen(
 
 
 def _nearest_seen(seen: CTE, depth: int) -> FromClause:
-    """The vector leg of an exact hybrid search: the `depth` nearest of the seen rows."""
+    """The vector leg of an exact hybrid search: the `depth` nearest of the seen rows of the
+    query's model (a row of another model has no distance; only its words can find it)."""
     return (
         select(seen.c.id, seen.c.distance)
+        .where(seen.c.distance.is_not(None))
         .order_by(seen.c.distance, seen.c.id)
         .limit(depth)
         .subquery("nearest")
@@ -773,7 +802,7 @@ def _lexical_leg(
     more scans of the table."""
     terms, any_term = query_terms if query_terms is not None else _query_terms(fusion)
     if seen is None:
-        distance = Memory.embedding.cosine_distance(query_vector)
+        distance = filters.cosine_distance(query_vector)
         pool: CTE = (
             scope.select(Memory.id.label("id"), distance.label("distance"), Memory.lexical)
             .where(*filters.conditions(), Memory.lexical.op("@@")(any_term), *gate)
@@ -927,7 +956,7 @@ def _fused_hits(rows: Sequence[Row[Any]]) -> list[FusedHit]:
     return [
         FusedHit(
             cast_row(row),
-            float(row.score),
+            None if row.score is None else float(row.score),
             None if row.lexical_score is None else float(row.lexical_score),
             float(row.fused_score),
         )
@@ -1001,7 +1030,7 @@ async def search_fused_approximate(
     distance = Memory.embedding.cosine_distance(query_vector)
     nearest = (
         scope.select(Memory.id.label("id"), distance.label("distance"))
-        .where(*filters.conditions())
+        .where(*filters.vector_conditions())
         .order_by(distance)
         .limit(fusion.depth)
         .cte("nearest")
@@ -1130,10 +1159,160 @@ async def history(
     return rows
 
 
+@dataclass(frozen=True)
+class AgedBatch:
+    examined: int
+    """Live rows of spaces with `max_unused_days` looked at (at most the batch size)."""
+    unused: list[uuid.UUID]
+    """Those neither written nor recalled within their space's `max_unused_days`."""
+    last: uuid.UUID | None
+    """The last row examined (where the next batch starts)."""
+
+
+def _last_used_day() -> ColumnElement[Any]:
+    """The UTC day a row was last written (`recorded_at`) or recalled (`memory_recalls`,
+    whichever is later; `greatest` skips a missing recall)."""
+    written = cast(func.timezone("UTC", Memory.recorded_at), Date)
+    return func.greatest(written, MemoryRecall.recalled_on)
+
+
+async def age_unused(
+    session: AsyncSession,
+    scope: Visible,
+    *,
+    after: uuid.UUID | None,
+    size: int,
+    space_id: uuid.UUID | None,
+    expire: bool,
+) -> AgedBatch:
+    """One batch of `memory.age_unused`, in one statement: the next `size` live rows (by id,
+    after `after`) of the spaces whose settings give `max_unused_days`, under `scope` (the
+    job principal's write predicate: it also reads them); those last used more than that many
+    whole days ago (UTC) are unused; with `expire` their `expires_at` is set to now, in
+    place: no new version, the chain unchanged, and every read leaves them out at once (the
+    TTL sweep removes them later). Only rows with no earlier expiry are touched (an expired
+    row is not live)."""
+    days = cast(Space.settings["max_unused_days"].astext, Integer)
+    today = cast(func.timezone("UTC", func.now()), Date)
+    examined = (
+        scope.select(Memory.id, (_last_used_day() < today - days).label("unused"))
+        .join(Space, and_(Space.tenant_id == Memory.tenant_id, Space.id == Memory.space_id))
+        .outerjoin(
+            MemoryRecall,
+            and_(MemoryRecall.tenant_id == Memory.tenant_id, MemoryRecall.memory_id == Memory.id),
+        )
+        .where(Space.settings.has_key("max_unused_days"))
+    )
+    if after is not None:
+        examined = examined.where(Memory.id > after)
+    if space_id is not None:
+        examined = examined.where(Memory.space_id == space_id)
+    batch = examined.order_by(Memory.id).limit(size).cte("examined").prefix_with("MATERIALIZED")
+    unused = select(batch.c.id).where(batch.c.unused)
+    if expire:
+        touched = (
+            scope.update()
+            .where(Memory.id.in_(unused))
+            .values(expires_at=func.now())
+            .returning(Memory.id)
+            .cte("expired")
+        )
+        picked = select(func.array_agg(touched.c.id)).scalar_subquery()
+    else:
+        picked = select(func.array_agg(batch.c.id)).where(batch.c.unused).scalar_subquery()
+    statement = select(
+        select(func.count()).select_from(batch).scalar_subquery(),
+        picked,
+        select(batch.c.id).order_by(batch.c.id.desc()).limit(1).scalar_subquery(),
+    )
+    count_, ids, last = (await session.execute(statement)).one()
+    return AgedBatch(int(count_), list(ids or []), last)
+
+
+@dataclass(frozen=True)
+class StaleRow:
+    """A version whose vector another model made: what re-embedding needs of it."""
+
+    id: uuid.UUID
+    value: str
+    content_hash: bytes
+    embedding_model: str
+
+
+_STALE = Liveness.any_version()
+"""Every version a read can reach (time travel ranks superseded ones too); retracted stubs
+have no vector, and expired or revoked rows are re-embedded if they ever come back (a later
+run finds them)."""
+
+
+async def stale_embeddings(
+    session: AsyncSession,
+    scope: Visible,
+    model: str,
+    *,
+    after: uuid.UUID | None,
+    size: int,
+    space_id: uuid.UUID | None,
+) -> list[StaleRow]:
+    """The next `size` versions (by id, after `after`) under `scope` whose vector was not made
+    by `model`."""
+    statement = scope.select(
+        Memory.id, Memory.value, Memory.content_hash, Memory.embedding_model, liveness=_STALE
+    ).where(Memory.embedding_model != model, Memory.embedding.is_not(None))
+    if after is not None:
+        statement = statement.where(Memory.id > after)
+    if space_id is not None:
+        statement = statement.where(Memory.space_id == space_id)
+    rows = (await session.execute(statement.order_by(Memory.id).limit(size))).all()
+    return [StaleRow(row[0], row[1], row[2], row[3]) for row in rows]
+
+
+async def set_embeddings(
+    session: AsyncSession,
+    scope: Visible,
+    model: str,
+    fresh: Sequence[tuple[StaleRow, list[float]]],
+) -> list[uuid.UUID]:
+    """Store the new vectors and their model in one statement, in place (a vector is derived
+    from the value, not a new version). A row is updated only if it is still what was embedded
+    (same content hash, same old model): one retracted or re-embedded meanwhile is left alone."""
+    if not fresh:
+        return []
+    given = values(
+        column("id", UUID),
+        column("content_hash", LargeBinary),
+        column("old_model", Text),
+        column("vector", Text),
+        name="fresh",
+    ).data(
+        [
+            (row.id, row.content_hash, row.embedding_model, _vector_text(vector))
+            for row, vector in fresh
+        ]
+    )
+    updated = await session.scalars(
+        scope.update(liveness=_STALE)
+        .where(
+            Memory.id == given.c.id,
+            Memory.content_hash == given.c.content_hash,
+            Memory.embedding_model == given.c.old_model,
+        )
+        .values(embedding=cast(given.c.vector, Vector(EMBEDDING_DIMENSIONS)), embedding_model=model)
+        .returning(Memory.id)
+    )
+    return list(updated.all())
+
+
+def _vector_text(vector: list[float]) -> str:
+    """pgvector's text form (`[1.0,2.0]`): the VALUES list carries it as text, cast once."""
+    return "[" + ",".join(repr(float(v)) for v in vector) + "]"
+
+
 __all__ = [
     "ANSWER",
     "GROUPABLE",
     "RRF_K",
+    "AgedBatch",
     "AnnTuning",
     "FusedHit",
     "Fusion",
@@ -1144,9 +1323,11 @@ __all__ = [
     "MemoryRow",
     "ReadBudget",
     "ReadCancelled",
+    "StaleRow",
     "SubjectKeys",
     "Supersession",
     "Version",
+    "age_unused",
     "count",
     "get",
     "history",
@@ -1162,5 +1343,7 @@ __all__ = [
     "search_exact_within",
     "search_fused_approximate",
     "search_fused_within",
+    "set_embeddings",
+    "stale_embeddings",
     "supersede",
 ]

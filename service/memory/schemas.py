@@ -243,8 +243,10 @@ class MemoryCounts(msgspec.Struct, kw_only=True):
 
 
 class SearchHit(msgspec.Struct, kw_only=True):
-    score: float
-    """Cosine similarity of the hit to the query, in every mode (what `min_score` compares)."""
+    score: float | None
+    """Cosine similarity of the hit to the query, in every mode (what `min_score` compares).
+    Null only for a hit found by its words whose vector was made by another embedding model
+    than the query's (while `embeddings.reembed` runs: docs/jobs.md)."""
     memory: MemoryOut
     lexical_score: float | None = None
     """Share of the query's term weight the hit holds (0..1, terms weighted by how rare they

@@ -19,7 +19,7 @@ from service.auth.principal import Principal
 from service.calls import Facts
 from service.db.base import uuid7
 from service.db.models import Memory
-from service.embeddings import Embedder
+from service.embeddings import Embedder, model_tag
 from service.memory import repository
 from service.memory.problems import (
     EvidenceRequired,
@@ -34,6 +34,7 @@ from service.memory.problems import (
     ValueTooLong,
     VersionRetracted,
 )
+from service.memory.recalls import RecallLog
 from service.memory.repository import (
     AnnTuning,
     Hit,
@@ -167,10 +168,13 @@ class MemoryService:
         *,
         facts: Facts,
         quotas: Quotas | None = None,
+        recalls: RecallLog | None = None,
     ) -> None:
         """`facts`: where the call's audit facts (targets, counts) are noted; `quotas`: the
-        tenants' embedding-call and storage limits (None: none apply)."""
+        tenants' embedding-call and storage limits (None: none apply); `recalls`: where the
+        ids a search or get answered are noted for `memory.age_unused` (None: nowhere)."""
         self._quotas = quotas
+        self._recalls = recalls
         self._session = session
         self._facts = facts
         self._embedder = embedder
@@ -296,6 +300,7 @@ class MemoryService:
             if row is None:
                 raise MemoryNotFound(not_found_detail(memory_id))
             [out] = await self._sources_you_can_read(principal, [to_out(row)])
+        self._recalled(principal, [row.id])
         return out
 
     async def list_page(
@@ -362,7 +367,11 @@ class MemoryService:
         k = self._k(request.k)
         given = request.filters or SearchFilters()
         filters = MemoryFilters(
-            subject=given.subject, kind=given.kind, key=given.key, space_id=given.space_id
+            subject=given.subject,
+            kind=given.kind,
+            key=given.key,
+            space_id=given.space_id,
+            embedding_model=model_tag(self._embedder),
         )
         moment = time_travel(request.as_of, request.known_at)
         await self._check_space_filter(principal, filters.space_id)
@@ -388,7 +397,14 @@ class MemoryService:
         outs = await self._sources_you_can_read(principal, [hit.memory for hit in hits])
         for hit, out in zip(hits, outs, strict=True):
             hit.memory = out
+        self._recalled(principal, [hit.memory.id for hit in hits])
         return SearchResult(hits=hits, k=k, min_score=floor)
+
+    def _recalled(self, principal: Principal, ids: list[uuid.UUID]) -> None:
+        """A search or get answered these memories: noted in memory, written later in a batch
+        (service/memory/recalls.py), so the read sends no statement more."""
+        if self._recalls is not None and ids:
+            self._recalls.note(principal.tenant_id, ids)
 
     async def _sources_you_can_read(
         self, principal: Principal, outs: list[MemoryOut]
@@ -785,7 +801,7 @@ class MemoryService:
             # The tenant's language now: the row's lexemes are made with it (docs/recall.md).
             lexical_config=self._limits.text_search_config,
             # provider/model@dimensions: what a re-embedding job needs to find stale rows.
-            embedding_model=f"{self._embedder.model_id}@{self._embedder.dimensions}",
+            embedding_model=model_tag(self._embedder),
             valid_from=data.valid_from or now,
             recorded_at=now,
             expires_at=now + timedelta(seconds=ttl) if ttl else None,

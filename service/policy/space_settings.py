@@ -1,4 +1,5 @@
-"""Per-space settings: the gates on writes into a space (docs/recall.md, "Write gate").
+"""Per-space settings: the gates on writes into a space (docs/recall.md, "Write gate"), and how
+long its memories may go unused (docs/jobs.md, "memory.age_unused").
 
 Stored as `spaces.settings` (jsonb) and set whole by a policy admin through
 `PUT /v1/spaces/{id}/settings`; read by the write path in the statement that finds where the
@@ -8,9 +9,12 @@ trip for them.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
+
+MAX_UNUSED_DAYS_LIMIT = 36_500
+"""A hundred years: anything longer means never, which is the default (null)."""
 
 
 class SpaceSettings(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
@@ -25,6 +29,10 @@ class SpaceSettings(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     """Writes of kind `summary` or `decision` must cite at least one `derived_from` memory the
     writer can read (422 `evidence-required`). Off by default: plenty of decisions are stated,
     not derived, and a space opts in when it wants every one traceable."""
+    max_unused_days: Annotated[int, msgspec.Meta(ge=1, le=MAX_UNUSED_DAYS_LIMIT)] | None = None
+    """`memory.age_unused` expires this space's live memories that were neither written nor
+    returned by a search or get for this many days (1..36500). Null (the default): memories
+    never age out for being unused."""
 
 
 DEFAULT = SpaceSettings()

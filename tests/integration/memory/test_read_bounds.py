@@ -19,6 +19,7 @@ from sqlalchemy import func, select
 
 from service.auth.principal import Principal
 from service.calls import Call
+from service.embeddings import model_tag
 from service.memory import repository
 from service.memory.repository import MemoryFilters
 from service.policy.visible import Action, visible
@@ -45,6 +46,7 @@ async def _load(api: Api, alice: Agent, space_id: str, rows: int, kinds: int = 1
     vectors = rng.standard_normal((rows, 256))
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
     tenant, owner = uuid.UUID(api.tenant_id), uuid.UUID(alice.principal_id)
+    model = model_tag(api.runtime.embedder)  # the rows are this model's vectors
     columns = (
         "tenant_id, id, space_id, owner_id, writer_id, client_id, subject, kind, key, "
         "value, content_hash, embedding, embedding_model"
@@ -59,7 +61,7 @@ async def _load(api: Api, alice: Agent, space_id: str, rows: int, kinds: int = 1
                     (
                         tenant, uuid.uuid4(), uuid.UUID(space_id), owner, owner,
                         alice.client_id, f"user:{n % 7}", kind_names[n % kinds], f"note.{n}",
-                        value, hashlib.sha256(value.encode()).digest(), embedding, "wl",
+                        value, hashlib.sha256(value.encode()).digest(), embedding, model,
                     )
                 )  # fmt: skip
         conn.execute("ANALYZE memories")

@@ -23,6 +23,7 @@ from sqlalchemy import func, select
 from bench.corpus import sentences
 from service.auth.principal import Principal
 from service.calls import Call
+from service.embeddings import model_tag
 from service.memory import repository
 from service.memory.repository import AnnTuning, MemoryFilters
 from service.policy.visible import Action, visible
@@ -64,6 +65,7 @@ async def _world(api: Api) -> tuple[Agent, dict[str, list[float]]]:
         with conn.cursor().copy("COPY spaces (tenant_id, id, kind, name) FROM STDIN") as copy:
             for space in spaces[1:]:
                 copy.write_row((tenant, space, "team", f"team {space}"))
+        model = model_tag(api.runtime.embedder)  # the rows are this model's vectors
         columns = (
             "tenant_id, id, space_id, owner_id, writer_id, client_id, subject, kind, key, "
             "value, content_hash, embedding, embedding_model"
@@ -77,7 +79,7 @@ async def _world(api: Api) -> tuple[Agent, dict[str, list[float]]]:
                 embedding = "[" + ",".join(f"{x:.7f}" for x in vector) + "]"
                 fields = (tenant, memory_id, space, owner, owner, alice.client_id)
                 copy.write_row(
-                    (*fields, "team:notes", "fact", f"note.{n}", value, digest, embedding, "wl")
+                    (*fields, "team:notes", "fact", f"note.{n}", value, digest, embedding, model)
                 )
         conn.execute("ANALYZE memories")
     [mine[seed["id"]]] = await api.runtime.embedder.embed([seed["value"]])
@@ -246,6 +248,7 @@ async def test_rows_in_her_spaces_she_cannot_read_never_cost_her_completeness(
     tenant, owner = uuid.UUID(api.tenant_id), uuid.UUID(alice.principal_id)
     elsewhere = uuid.uuid4()  # a space alice holds no grant on
     hidden = set()
+    model = model_tag(api.runtime.embedder)  # the rows are this model's vectors
     columns = (
         "tenant_id, id, space_id, owner_id, writer_id, client_id, subject, kind, key, "
         "value, content_hash, embedding, embedding_model, read_requires"
@@ -263,7 +266,7 @@ async def test_rows_in_her_spaces_she_cannot_read_never_cost_her_completeness(
             digest = hashlib.sha256(value.encode()).digest()
             copy.write_row(
                 (tenant, memory_id, space, owner, owner, alice.client_id, "team:notes",
-                 "fact", f"derived.{n}", value, digest, embedding, "wl", [elsewhere])
+                 "fact", f"derived.{n}", value, digest, embedding, model, [elsewhere])
             )  # fmt: skip
     assert len(hidden) == 29
     span_exporter.clear()

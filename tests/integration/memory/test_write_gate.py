@@ -207,7 +207,7 @@ async def test_a_space_can_turn_the_gate_off(api: Api) -> None:
     assert off.status_code == 200, off.text
     assert off.json() == {
         "space_id": team,
-        "settings": {"write_gate": False, "evidence_gate": False},
+        "settings": {"write_gate": False, "evidence_gate": False, "max_unused_days": None},
     }
     assert (await _write(api, alice, key="b", space_id=team)).status_code == 201
     # Only that space: Alice's personal space still gates.
@@ -216,12 +216,20 @@ async def test_a_space_can_turn_the_gate_off(api: Api) -> None:
     # The spaces listing shows each space's settings, defaults filled in.
     listed = await api.http.get("/v1/spaces", headers=api.admin.headers)
     settings = {s["id"]: s["settings"] for s in listed.json()["items"]}
-    assert settings[team] == {"write_gate": False, "evidence_gate": False}
-    assert {"write_gate": True, "evidence_gate": False} in settings.values()
+    assert settings[team] == {"write_gate": False, "evidence_gate": False, "max_unused_days": None}
+    assert {
+        "write_gate": True,
+        "evidence_gate": False,
+        "max_unused_days": None,
+    } in settings.values()
 
     # Back on (a field left out takes its default).
     on = await api.http.put(f"/v1/spaces/{team}/settings", json={}, headers=api.admin.headers)
-    assert on.json()["settings"] == {"write_gate": True, "evidence_gate": False}
+    assert on.json()["settings"] == {
+        "write_gate": True,
+        "evidence_gate": False,
+        "max_unused_days": None,
+    }
     assert_problem(await _write(api, alice, key="c", space_id=team), 409, "key-choice-required")
 
 
@@ -229,7 +237,14 @@ async def test_space_settings_refuse_bad_input_and_change_nothing(api: Api) -> N
     alice = await api.new_agent("alice")
     team = await _shared_space(api, alice)
     path, admin = f"/v1/spaces/{team}/settings", api.admin.headers
-    for bad in ({"write_gates": False}, {"write_gate": "no"}, {"evidence_gate": 1}):
+    for bad in (
+        {"write_gates": False},
+        {"write_gate": "no"},
+        {"evidence_gate": 1},
+        {"max_unused_days": 0},
+        {"max_unused_days": 36_501},
+        {"max_unused_days": "30"},
+    ):
         refused = await api.http.put(path, json=bad, headers=admin)
         body = assert_problem(refused, 422, "invalid-request")
         assert body["errors"], body
