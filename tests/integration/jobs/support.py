@@ -82,16 +82,18 @@ async def run_job(
     space_id: str | None = None,
     size: int = 50,
     batch_function: BatchFunction | None = None,
+    start: str | None = None,
     **options: str,
 ) -> Run:
-    """Every batch of one run, each in its own call committed with its audit row."""
+    """Every batch of one run (from the cursor `start`: a run resumed there), each in its own
+    call committed with its audit row."""
     scope = RunScope(
         principal.tenant_id,
         None if space_id is None else uuid.UUID(space_id),
         dry_run=dry_run,
         options=options,
     )
-    run, cursor = Run(), None
+    run, cursor = Run(), start
     function = batch_function or job.run_batch
     while True:
         verified = await runtime.verifier.verify(principal.token)
