@@ -186,7 +186,7 @@ async def test_external_context_is_left_out_by_the_space_source_policy(api: Api)
     assert "deprecated" not in summary["value"]
 
     # The space lets external context in: the next run re-derives with it.
-    policy = {"consolidation": {"excluded_sources": []}}
+    policy: dict[str, Any] = {"consolidation": {"excluded_sources": []}}
     put = await api.http.put(f"/v1/spaces/{team}/settings", json=policy, headers=api.admin.headers)
     assert put.status_code == 200, put.text
     again = await run_job(api.runtime, CONSOLIDATION, job)
