@@ -24,13 +24,13 @@ SourcePrefix = Annotated[str, msgspec.Meta(min_length=1, max_length=100)]
 class ConsolidationPolicy(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     """What `memory.consolidate` may do with the memories of this space."""
 
-    with_spaces: Annotated[tuple[uuid.UUID, ...], msgspec.Meta(max_length=16)] = ()
+    with_spaces: Annotated[list[uuid.UUID], msgspec.Meta(max_length=16)] = []
     """Spaces whose memories of a subject may be consolidated together with this space's into
     one cross-space summary written here (key `consolidation.across`), readable only by
     principals who can read this space and every one of those (promise 6). Empty (the
     default): every summary is of one space only."""
-    excluded_sources: Annotated[tuple[SourcePrefix, ...], msgspec.Meta(max_length=32)] = (
-        EXTERNAL_SOURCE,
+    excluded_sources: Annotated[list[SourcePrefix], msgspec.Meta(max_length=32)] = msgspec.field(
+        default_factory=lambda: [EXTERNAL_SOURCE]
     )
     """Memories whose `source` starts with one of these prefixes never feed a summary of this
     space (counted as `inputs_excluded`). By default external context (`external:...`) is

@@ -285,7 +285,11 @@ async def _evidence_space(api: Api, *members: Agent) -> str:
         f"/v1/spaces/{team}/settings", json={"evidence_gate": True}, headers=api.admin.headers
     )
     assert on.status_code == 200, on.text
-    assert on.json()["settings"] == {"write_gate": True, "evidence_gate": True}
+    assert on.json()["settings"] == {
+        "write_gate": True,
+        "evidence_gate": True,
+        "consolidation": {"with_spaces": [], "excluded_sources": ["external:"]},
+    }
     return team
 
 
