@@ -241,3 +241,32 @@ async def test_a_run_for_one_subject_touches_only_that_subject(api: Api) -> None
     run = await run_job(api.runtime, CONSOLIDATION, job, subject="service:a")
     assert run.counts["summaries_written"] == 1
     assert [r["subject"] for r in live(await summaries(api.runtime))] == ["service:a"]
+
+
+async def test_a_cross_space_summary_goes_when_only_one_space_has_inputs(api: Api) -> None:
+    alice = await api.new_agent("alice")
+    search = await team_space(api, "search", alice)
+    platform = await team_space(api, "platform", alice)
+    job = await job_principal(api)
+    for space in (search, platform):
+        await grant(api, space, service_subject(job), "read", "write", "delete")
+    policy = {"consolidation": {"with_spaces": [platform]}}
+    put = await api.http.put(
+        f"/v1/spaces/{search}/settings", json=policy, headers=api.admin.headers
+    )
+    assert put.status_code == 200, put.text
+    mine = await _fact(api, alice, search, "window", "Deploys run on Tuesdays")
+    theirs = await _fact(api, alice, platform, "cluster", "Three nodes")
+    run = await run_job(api.runtime, CONSOLIDATION, job)
+    assert run.counts["summaries_written"] == 3  # one per space, one across both
+    [across] = [r for r in live(await summaries(api.runtime)) if r["key"] == "consolidation.across"]
+    assert sorted(across["derived_from"]) == _ids(mine, theirs)
+    assert across["read_requires"] == [uuid.UUID(platform)]
+
+    await _delete(api, alice, theirs)
+    run = await run_job(api.runtime, CONSOLIDATION, job)
+    # The platform space's own summary and the cross-space one both lost their last input
+    # from the platform space: both are retracted.
+    assert run.counts["retracted"] == 2
+    left = live(await summaries(api.runtime))
+    assert [(r["key"], r["space_id"]) for r in left] == [("consolidation", uuid.UUID(search))]

@@ -110,12 +110,24 @@ async def test_no_member_ever_reads_someone_elses_private_text_in_a_summary(api:
         "carol": {by_scope[(platform, ())]["id"]},
         "erin": {r["id"] for r in written},
     }
+    names = {world.search: "search", world.platform: "platform"}
+    print(f"\nconsolidation run: {dict(run.counts)}")  # the closing note's output (-s)
+    for row in written:
+        audience = [names[str(s)] for s in row["read_requires"]]
+        print(
+            f"  summary in {names[str(row['space_id'])]}, read_requires {audience}, "
+            f"{len(row['derived_from'])} input(s)"
+        )
     for name, agent in world.members.items():
         seen = await _everything_seen(world, agent, ids)
         _assert_no_leak(world, name, seen)
         summaries_seen = {uuid.UUID(m["id"]) for m in seen if m["kind"] == "summary"}
         assert summaries_seen == readers[name], name
         assert await _summaries_counted(world, agent) == len(readers[name]), name
+        print(
+            f"  probes by {name}: {len(seen)} memories returned, {len(summaries_seen)} "
+            "summaries, none carrying another's private text"
+        )
 
 
 async def test_a_cross_space_summary_is_only_for_readers_of_every_space(api: Api) -> None:
