@@ -237,8 +237,13 @@ class Consolidation:
             item.key,
             read_requires=item.read_requires,
         )
-        sources = [Source(row.id, row.space_id, list(row.read_requires)) for row in inputs]
-        audience = inherited_scope(item.space_id, sources)
+        if item.read_requires is not None:
+            # Every input of a per-scope group has the group's audience: the summary takes it
+            # as it is stored, so its chain is the group's own.
+            audience = list(item.read_requires)
+        else:
+            sources = [Source(row.id, row.space_id, list(row.read_requires)) for row in inputs]
+            audience = inherited_scope(item.space_id, sources)
         return Plan(item, inputs, previous, audience, fingerprint(self._summarizer.id, inputs))
 
     def _settings_of(self, space_id: uuid.UUID) -> SpaceSettings:
@@ -303,6 +308,11 @@ class Consolidation:
         item = plan.item
         ref = self._ref(item, plan.audience)
         now = await memories.lock_key(self._session, ref)
+        if await self._written_meanwhile(plan):
+            # Another run wrote this very summary since this batch read (it held the lock
+            # first): nothing to add.
+            self._counts["unchanged"] += 1
+            return
         if not await self._still_the_same(plan):
             # An input changed since it was read: this summary would not be of what is there
             # now. The next run builds the right one.
@@ -321,6 +331,18 @@ class Consolidation:
         await memories.insert(self._session, row)
         self._counts["summaries_written"] += 1
         self._batch.call.facts.add_targets([new_id, *made.superseded])
+
+    async def _written_meanwhile(self, plan: Plan) -> bool:
+        item = plan.item
+        now_there = await repository.previous_summaries(
+            self._session,
+            visible(self._principal, Action.READ),
+            item.space_id,
+            item.subject,
+            item.key,
+            read_requires=tuple(plan.audience),
+        )
+        return any(p.fingerprint == plan.fingerprint for p in now_there)
 
     async def _still_the_same(self, plan: Plan) -> bool:
         again = await repository.inputs_of(

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
 from service.consolidation.jobs import CONSOLIDATION
 from service.consolidation.service import Consolidation
+from service.consolidation.summarizers import Extractive, Input
 from service.jobs.declare import Batch, BatchDone
 from tests.fixtures.api import Agent, Api
 from tests.integration.jobs.support import (
@@ -270,3 +272,40 @@ async def test_a_cross_space_summary_goes_when_only_one_space_has_inputs(api: Ap
     assert run.counts["retracted"] == 2
     left = live(await summaries(api.runtime))
     assert [(r["key"], r["space_id"]) for r in left] == [("consolidation", uuid.UUID(search))]
+
+
+class _Waiting(Extractive):
+    """The extractive summarizer, held until `go` is set: a batch paused between its reads
+    and its writes."""
+
+    def __init__(self, go: asyncio.Event) -> None:
+        super().__init__(4000)
+        self._go = go
+
+    async def summarize(self, subject: str, inputs: Sequence[Input]) -> str:
+        await self._go.wait()
+        return await super().summarize(subject, inputs)
+
+
+async def test_two_runs_at_once_write_each_summary_once(api: Api) -> None:
+    alice, team, job = await _team(api, "read", "write", "delete")
+    for n in range(4):
+        await _fact(api, alice, team, "fact", f"Fact number {n}", subject=f"service:s{n}")
+    go = asyncio.Event()
+
+    async def paused(batch: Batch) -> BatchDone:
+        return await Consolidation(batch, _Waiting(go)).run()
+
+    # The slow run reads everything, then waits; the other runs whole meanwhile.
+    slow = asyncio.create_task(run_job(api.runtime, CONSOLIDATION, job, batch_function=paused))
+    await asyncio.sleep(0.5)
+    fast = await run_job(api.runtime, CONSOLIDATION, job)
+    go.set()
+    late = await slow
+    assert fast.counts["summaries_written"] == 4
+    # Under each summary's key lock the late run finds the very summary it was about to
+    # write, and writes nothing.
+    assert (late.counts["summaries_written"], late.counts["unchanged"]) == (0, 4)
+    rows = await summaries(api.runtime)
+    assert len(rows) == 4
+    assert {r["version"] for r in rows} == {1}
