@@ -8,6 +8,9 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+import pytest
+from sqlalchemy import text
+
 from service.consolidation.jobs import CONSOLIDATION
 from tests.fixtures.api import Agent, Api
 from tests.integration.jobs.support import live, run_job, summaries
@@ -155,3 +158,41 @@ async def test_a_cross_space_summary_is_only_for_readers_of_every_space(api: Api
         shown = {uuid.UUID(m["id"]) for m in seen}
         # Alice and Bob read only the search space, Carol only the platform space.
         assert (across["id"] in shown) is (name == "erin"), name
+
+
+_NAME = (
+    "SELECT set_config('memgate.tenant_id', :tenant, true), "
+    "set_config('memgate.principal_id', :principal, true)"
+)
+
+
+@pytest.mark.bypasses_visible("row-level security alone, without Visible, over the summaries")
+async def test_row_level_security_alone_shows_the_summaries_to_the_same_readers(api: Api) -> None:
+    """Backing Visible up: as the app role with no predicate of ours, each member named in the
+    transaction sees exactly the summaries the API showed it."""
+    world = await build(api)
+    policy = {"consolidation": {"with_spaces": [world.platform]}}
+    put = await api.http.put(
+        f"/v1/spaces/{world.search}/settings", json=policy, headers=api.admin.headers
+    )
+    assert put.status_code == 200, put.text
+    await run_job(api.runtime, CONSOLIDATION, world.job)
+    written = live(await summaries(api.runtime))
+    assert len(written) == 4
+    for name, agent in world.members.items():
+        async with api.runtime.engine.begin() as conn:
+            await conn.execute(
+                text(_NAME), {"tenant": api.tenant_id, "principal": agent.principal_id}
+            )
+            rows = await conn.execute(
+                text(
+                    "SELECT id, value FROM memories WHERE kind = 'summary' "
+                    "AND superseded_at IS NULL AND retracted_at IS NULL"
+                )
+            )
+            seen = {row.id: row.value for row in rows}
+        listed = await api.http.get(
+            "/v1/memories", params={"kind": "summary", "limit": 100}, headers=agent.headers
+        )
+        assert {uuid.UUID(m["id"]) for m in listed.json()["items"]} == set(seen), name
+        assert not any(m in value for value in seen.values() for m in MARKERS), name
