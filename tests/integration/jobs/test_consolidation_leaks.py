@@ -196,3 +196,38 @@ async def test_row_level_security_alone_shows_the_summaries_to_the_same_readers(
         )
         assert {uuid.UUID(m["id"]) for m in listed.json()["items"]} == set(seen), name
         assert not any(m in value for value in seen.values() for m in MARKERS), name
+
+
+async def test_another_tenants_space_is_no_partner_and_feeds_nothing(api: Api) -> None:
+    """The tenant comes from the job principal, never from the policy: another tenant's space
+    cannot be named as a partner (404, as a missing one), and its memories of the same subject
+    stay its own."""
+    world = await build(api)
+    other = await api.other_tenant()
+    globex = await other.new_agent("globex-dev")
+    admin = other.admin.headers
+    created = await other.http.post("/v1/spaces", json={"name": "search"}, headers=admin)
+    foreign = created.json()["space"]["id"]
+    team = (await other.http.post("/v1/teams", json={"name": "t"}, headers=admin)).json()
+    for action in ("read", "write"):
+        await other.http.put(
+            f"/v1/spaces/{foreign}/grants/{action}/{team['subject']}", headers=admin
+        )
+    await other.http.put(f"/v1/teams/{team['id']}/members/{globex.principal_id}", headers=admin)
+    await other.remember(
+        globex, subject=SUBJECT, key="ownership", value="GLOBEX secret roadmap", space_id=foreign
+    )
+    policy = {"consolidation": {"with_spaces": [foreign]}}
+    path = f"/v1/spaces/{world.search}/settings"
+    refused = await api.http.put(path, json=policy, headers=api.admin.headers)
+    assert_problem(refused, 404, "space-unknown")  # like a space that does not exist
+    listed = await api.http.get("/v1/spaces", headers=api.admin.headers)
+    [search] = [s for s in listed.json()["items"] if s["id"] == world.search]
+    assert search["settings"]["consolidation"]["with_spaces"] == []  # nothing changed
+
+    run = await run_job(api.runtime, CONSOLIDATION, world.job)
+    assert run.counts["summaries_written"] == 3  # the per-scope ones; no cross-space summary
+    for row in await summaries(api.runtime):
+        assert "GLOBEX" not in row["value"]
+        assert str(row["space_id"]) != foreign
+        assert foreign not in {str(s) for s in row["read_requires"]}
