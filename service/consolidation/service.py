@@ -142,8 +142,12 @@ class Consolidation:
         self._max_inputs = batch.runtime.settings.summarizer.max_inputs
         self._counts: dict[str, int] = dict.fromkeys(COUNTS, 0)
         self._settings: dict[uuid.UUID, SpaceSettings] = {}
+        self._runner_began = False
 
     async def run(self) -> BatchDone:
+        # A transaction the runner began before the batch holds its state (the run's lock and
+        # row): this batch must not end it (`_summarize`).
+        self._runner_began = self._session.in_transaction()
         targets = await write_targets(self._session, self._principal)
         self._settings = await repository.space_settings(
             self._session, self._principal.tenant_id, sorted(targets.readable)
@@ -253,14 +257,16 @@ class Consolidation:
 
     async def _summarize(self, plans: list[Plan]) -> None:
         """Every new summary's text and vector, before anything is written. A remote model or
-        embedder is never waited for inside a transaction: what the batch read so far is
-        let go (it wrote nothing), and the next statement begins a new one naming the job
-        again (service/calls.py). A failure raises, and the batch writes nothing."""
+        embedder is not waited for inside a transaction the batch began: what it read so far
+        is let go (it wrote nothing), and the next statement begins a new one naming the job
+        again (service/calls.py). A transaction the runner began (its run lock and row) is
+        kept: ending it would free the run for a second runner. A failure raises, and the
+        batch writes nothing."""
         if not plans:
             return
         remote = self._summarizer.remote or self._batch.runtime.embedder.remote
-        if remote and self._session.in_transaction():
-            await self._session.rollback()
+        if remote and not self._runner_began and self._session.in_transaction():
+            await self._batch.call.release()
         async with self._summarizer as summarizer:
             for plan in plans:
                 inputs = [
