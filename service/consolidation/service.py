@@ -36,6 +36,7 @@ from service.jobs.declare import Batch, BatchDone
 from service.memory import repository as memories
 from service.memory.repository import KeyRef
 from service.memory.service import Source, content_hash, inherited_scope
+from service.observability.telemetry import span
 from service.policy.space_settings import DEFAULT as DEFAULT_SETTINGS
 from service.policy.space_settings import SpaceSettings
 from service.policy.visible import Action, WriteTargets, visible, write_targets
@@ -267,13 +268,18 @@ class Consolidation:
         remote = self._summarizer.remote or self._batch.runtime.embedder.remote
         if remote and not self._runner_began and self._session.in_transaction():
             await self._batch.call.release()
-        async with self._summarizer as summarizer:
-            for plan in plans:
-                inputs = [
-                    Input(row.key, row.kind, row.value, row.recorded_at, row.content_hash)
-                    for row in plan.inputs
-                ]
-                plan.value = await summarizer.summarize(plan.item.subject, inputs)
+        attributes: dict[str, str | int] = {
+            "memgate.summarizer": self._summarizer.id,
+            "memgate.summaries": len(plans),
+        }
+        with span("consolidation.summarize", attributes):
+            async with self._summarizer as summarizer:
+                for plan in plans:
+                    inputs = [
+                        Input(row.key, row.kind, row.value, row.recorded_at, row.content_hash)
+                        for row in plan.inputs
+                    ]
+                    plan.value = await summarizer.summarize(plan.item.subject, inputs)
         await self._batch.runtime.quotas.admit_embedding(self._principal.tenant_id)
         vectors = await self._batch.runtime.embedder.embed([plan.value for plan in plans])
         for plan, vector in zip(plans, vectors, strict=True):

@@ -3,10 +3,13 @@ storable (no NUL or control characters) and capped."""
 
 from __future__ import annotations
 
+import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from service.consolidation.repository import InputRow
+from service.consolidation.service import fingerprint
 from service.consolidation.summarizers import Extractive, Input, capped, create_summarizer
 from service.memory.service import content_hash
 from service.settings import SummarizerSettings
@@ -53,3 +56,27 @@ def test_settings_refuse_a_model_without_an_endpoint() -> None:
         SummarizerSettings(kind="openai")
     chosen = create_summarizer(SummarizerSettings(max_chars=9000), max_value_chars=2000)
     assert chosen.id == "extractive/v1@2000"  # never longer than a memory may be
+
+
+def test_the_fingerprint_names_exactly_the_versions_and_the_summarizer() -> None:
+    def row(i: int, version: int = 1, value: str = "v") -> InputRow:
+        return InputRow(
+            uuid.UUID(int=i),
+            uuid.UUID(int=99),
+            (),
+            "k",
+            "fact",
+            value,
+            version,
+            content_hash(value),
+            None,
+            T0,
+            None,
+        )
+
+    base = fingerprint("extractive/v1@4000", [row(1), row(2)])
+    assert fingerprint("extractive/v1@4000", [row(2), row(1)]) == base  # order is no change
+    assert fingerprint("extractive/v1@4000", [row(1), row(2, version=2)]) != base
+    assert fingerprint("extractive/v1@4000", [row(1), row(2, value="w")]) != base
+    assert fingerprint("extractive/v1@4000", [row(1)]) != base
+    assert fingerprint("openai/m@4000", [row(1), row(2)]) != base
