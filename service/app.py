@@ -17,6 +17,7 @@ from service.audit.checkpoints import checkpoint_periodically
 from service.audit.controller import AuditController
 from service.auth.controller import OAuthController
 from service.auth.middleware import BearerAuthentication
+from service.consolidation import jobs as consolidation_jobs
 from service.http.answers import check_answered_problems
 from service.http.audit import check_every_route_is_an_operation, http_calls
 from service.http.body import declare_query_parameters, strict_request
@@ -42,6 +43,9 @@ from service.settings import ServerSettings
 from service.tenants.controller import TenantController
 
 API_VERSION = "0.1.0"
+JOBS = (consolidation_jobs.CONSOLIDATION,)
+"""Jobs whose operations and problems the app declares (their batches run as calls of their
+own; the job runner's registry, service/jobs/registry.py, supersedes this list)."""
 
 
 def openapi_config() -> OpenAPIConfig:

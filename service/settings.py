@@ -330,6 +330,63 @@ class EmbeddingSettings:
         )
 
 
+SUMMARIZER_KINDS = ("extractive", "openai", "ollama")
+
+
+@dataclass(frozen=True)
+class SummarizerSettings:
+    """How `memory.consolidate` writes a summary (docs/jobs.md, "memory.consolidate").
+
+    kind: `MEMGATE_SUMMARIZER_KIND`; `extractive` (default: no model, deterministic: the
+        inputs' values newest first, de-duplicated, capped), `openai` (an OpenAI-compatible
+        `/v1/chat/completions`) or `ollama` (`/api/chat`). The model sees the text of every
+        input of a summary: point it only at an endpoint trusted with that data.
+    url: `MEMGATE_SUMMARIZER_URL`; the endpoint's base URL (required for a model).
+    model: `MEMGATE_SUMMARIZER_MODEL`; the model name sent to the endpoint.
+    api_key: `MEMGATE_SUMMARIZER_API_KEY`; sent as a bearer token when set.
+    timeout_seconds: `MEMGATE_SUMMARIZER_TIMEOUT`; per request.
+    retries: `MEMGATE_SUMMARIZER_RETRIES`; further attempts on transient failures (0..5).
+    max_chars: `MEMGATE_SUMMARIZER_MAX_CHARS`; the longest summary kept (a longer answer is
+        cut; also capped by `MEMGATE_MAX_VALUE_CHARS`).
+    max_inputs: `MEMGATE_SUMMARIZER_MAX_INPUTS`; the most memories one summary is built from
+        (the newest; the fingerprint covers exactly these).
+    """
+
+    kind: str = "extractive"
+    url: str = ""
+    model: str = ""
+    api_key: str = ""
+    timeout_seconds: float = 30.0
+    retries: int = 2
+    max_chars: int = 4_000
+    max_inputs: int = 200
+
+    def __post_init__(self) -> None:
+        if self.kind not in SUMMARIZER_KINDS:
+            raise ValueError(
+                "MEMGATE_SUMMARIZER_KIND must be one of " + ", ".join(SUMMARIZER_KINDS)
+            )
+        if self.kind != "extractive" and not (self.url and self.model):
+            raise ValueError("MEMGATE_SUMMARIZER_URL and _MODEL are required for a model")
+        if not 0 <= self.retries <= 5 or self.timeout_seconds <= 0:
+            raise ValueError("MEMGATE_SUMMARIZER_RETRIES must be 0..5 and _TIMEOUT above 0")
+        if not 1 <= self.max_chars <= 16_384 or not 1 <= self.max_inputs <= 1_000:
+            raise ValueError("MEMGATE_SUMMARIZER_MAX_CHARS 1..16384, _MAX_INPUTS 1..1000")
+
+    @classmethod
+    def from_env(cls) -> SummarizerSettings:
+        return cls(
+            kind=_env("MEMGATE_SUMMARIZER_KIND", "extractive"),
+            url=_env("MEMGATE_SUMMARIZER_URL", ""),
+            model=_env("MEMGATE_SUMMARIZER_MODEL", ""),
+            api_key=_env("MEMGATE_SUMMARIZER_API_KEY", ""),
+            timeout_seconds=_env_float("MEMGATE_SUMMARIZER_TIMEOUT", 30.0),
+            retries=_env_int("MEMGATE_SUMMARIZER_RETRIES", 2),
+            max_chars=_env_int("MEMGATE_SUMMARIZER_MAX_CHARS", 4_000),
+            max_inputs=_env_int("MEMGATE_SUMMARIZER_MAX_INPUTS", 200),
+        )
+
+
 @dataclass(frozen=True)
 class MemorySettings:
     """Limits of the memory API (each violation answers a problem, never truncates).
@@ -571,6 +628,7 @@ class Settings:
     audit: AuditSettings = field(default_factory=AuditSettings)
     quotas: QuotaSettings = field(default_factory=QuotaSettings)
     recalls: RecallSettings = field(default_factory=RecallSettings)
+    summarizer: SummarizerSettings = field(default_factory=SummarizerSettings)
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -584,4 +642,5 @@ class Settings:
             audit=AuditSettings.from_env(),
             quotas=QuotaSettings.from_env(),
             recalls=RecallSettings.from_env(),
+            summarizer=SummarizerSettings.from_env(),
         )

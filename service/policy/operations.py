@@ -61,7 +61,7 @@ SPACE_LIST = managed(
 SPACE_SETTINGS = managed(
     "policy.space.settings",
     "setSpaceSettings",
-    "Set a space's write gate and evidence gate",
+    "Set a space's write gate, evidence gate and consolidation policy",
     SpaceUnknown,
 )
 GRANT = managed(

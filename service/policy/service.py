@@ -228,6 +228,13 @@ class PolicyService:
         the tenant, personal ones included: the gates decide how writes are checked, not who
         may read, so they share nothing."""
         space = await self._space(space_id)
+        for partner in settings.consolidation.with_spaces:
+            # An id of another tenant answers as one that does not exist (promise 1).
+            if await self._session.get(Space, (self._tenant_id, partner)) is None:
+                raise SpaceUnknown(
+                    f"No space {partner} in your tenant (consolidation.with_spaces). Nothing "
+                    "was changed."
+                )
         space.settings = to_stored(settings)
         await self._session.flush()
         self._facts.add_targets([space.id])

@@ -1,5 +1,6 @@
-"""Per-space settings: the gates on writes into a space (docs/recall.md, "Write gate"), and how
-long its memories may go unused (docs/jobs.md, "memory.age_unused").
+"""Per-space settings: the gates on writes into a space (docs/recall.md, "Write gate"), how
+long its memories may go unused (docs/jobs.md, "memory.age_unused") and what consolidation may
+do with the space (docs/jobs.md, "memory.consolidate").
 
 Stored as `spaces.settings` (jsonb) and set whole by a policy admin through
 `PUT /v1/spaces/{id}/settings`; read by the write path in the statement that finds where the
@@ -9,12 +10,35 @@ trip for them.
 
 from __future__ import annotations
 
+import uuid
 from typing import Annotated, Any
 
 import msgspec
 
 MAX_UNUSED_DAYS_LIMIT = 36_500
 """A hundred years: anything longer means never, which is the default (null)."""
+
+EXTERNAL_SOURCE = "external:"
+"""The `source` prefix that marks external context: a memory written from what a tool read
+elsewhere (`external:web`, `external:mcp-resource`), not from what a principal knows."""
+
+SourcePrefix = Annotated[str, msgspec.Meta(min_length=1, max_length=100)]
+
+
+class ConsolidationPolicy(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """What `memory.consolidate` may do with the memories of this space."""
+
+    with_spaces: Annotated[list[uuid.UUID], msgspec.Meta(max_length=16)] = []
+    """Spaces whose memories of a subject may be consolidated together with this space's into
+    one cross-space summary written here (key `consolidation.across`), readable only by
+    principals who can read this space and every one of those (promise 6). Empty (the
+    default): every summary is of one space only."""
+    excluded_sources: Annotated[list[SourcePrefix], msgspec.Meta(max_length=32)] = msgspec.field(
+        default_factory=lambda: [EXTERNAL_SOURCE]
+    )
+    """Memories whose `source` starts with one of these prefixes never feed a summary of this
+    space (counted as `inputs_excluded`). By default external context (`external:...`) is
+    left out; `[]` lets every memory in."""
 
 
 class SpaceSettings(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
@@ -33,6 +57,8 @@ class SpaceSettings(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     """`memory.age_unused` expires this space's live memories that were neither written nor
     returned by a search or get for this many days (1..36500). Null (the default): memories
     never age out for being unused."""
+    consolidation: ConsolidationPolicy = msgspec.field(default_factory=ConsolidationPolicy)
+    """Cross-space summaries and the source policy of `memory.consolidate`."""
 
 
 DEFAULT = SpaceSettings()

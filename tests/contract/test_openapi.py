@@ -14,6 +14,7 @@ import yaml
 
 from service.app import create_app
 from service.auth.exchange import TOKEN_EXCHANGE
+from service.consolidation.jobs import CONSOLIDATION
 from service.embeddings.jobs import REEMBED_JOB
 from service.http.openapi_doc import SCHEMA_ROUTES, documented_problems, render_openapi
 from service.memory.jobs import AGE_UNUSED_JOB
@@ -36,9 +37,10 @@ PUBLIC_TODAY = {
 }
 """Today's public routes, spelled out (more may be declared public; none of these may stop)."""
 
-JOB_BATCHES = {job.operation.operation_id for job in (AGE_UNUSED_JOB, REEMBED_JOB)}
+JOB_BATCHES = {job.operation.operation_id for job in (AGE_UNUSED_JOB, REEMBED_JOB, CONSOLIDATION)}
 """Operations run only as a job's batches (service/jobs/declare.py): a run is started through
-the job runner, not through a route of the job's own (issue 13)."""
+the job runner, not through a route of the job's own; each batch is a call the runner opens,
+audited under the operation's name (docs/jobs.md)."""
 UNDOCUMENTED = {"mcpExchange"} | JOB_BATCHES
 """Operations without an OpenAPI entry: the MCP endpoint is a mounted JSON-RPC app, whose tools
 describe themselves (tools/list, docs/mcp.md); Litestar does not describe mounts; and jobs."""

@@ -289,6 +289,7 @@ async def _evidence_space(api: Api, *members: Agent) -> str:
         "write_gate": True,
         "evidence_gate": True,
         "max_unused_days": None,
+        "consolidation": {"with_spaces": [], "excluded_sources": ["external:"]},
     }
     return team
 

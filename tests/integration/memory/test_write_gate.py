@@ -23,6 +23,8 @@ from tests.fixtures.api import Agent, Api
 from tests.integration.memory.support import assert_problem
 
 SUBJECT = "service:billing"
+CONSOLIDATION = {"with_spaces": [], "excluded_sources": ["external:"]}
+"""A space's consolidation policy by default (issue 13: docs/jobs.md)."""
 
 
 def _body(**fields: Any) -> dict[str, Any]:
@@ -207,7 +209,12 @@ async def test_a_space_can_turn_the_gate_off(api: Api) -> None:
     assert off.status_code == 200, off.text
     assert off.json() == {
         "space_id": team,
-        "settings": {"write_gate": False, "evidence_gate": False, "max_unused_days": None},
+        "settings": {
+            "write_gate": False,
+            "evidence_gate": False,
+            "max_unused_days": None,
+            "consolidation": CONSOLIDATION,
+        },
     }
     assert (await _write(api, alice, key="b", space_id=team)).status_code == 201
     # Only that space: Alice's personal space still gates.
@@ -216,11 +223,17 @@ async def test_a_space_can_turn_the_gate_off(api: Api) -> None:
     # The spaces listing shows each space's settings, defaults filled in.
     listed = await api.http.get("/v1/spaces", headers=api.admin.headers)
     settings = {s["id"]: s["settings"] for s in listed.json()["items"]}
-    assert settings[team] == {"write_gate": False, "evidence_gate": False, "max_unused_days": None}
+    assert settings[team] == {
+        "write_gate": False,
+        "evidence_gate": False,
+        "max_unused_days": None,
+        "consolidation": CONSOLIDATION,
+    }
     assert {
         "write_gate": True,
         "evidence_gate": False,
         "max_unused_days": None,
+        "consolidation": CONSOLIDATION,
     } in settings.values()
 
     # Back on (a field left out takes its default).
@@ -229,6 +242,7 @@ async def test_a_space_can_turn_the_gate_off(api: Api) -> None:
         "write_gate": True,
         "evidence_gate": False,
         "max_unused_days": None,
+        "consolidation": CONSOLIDATION,
     }
     assert_problem(await _write(api, alice, key="c", space_id=team), 409, "key-choice-required")
 
@@ -237,17 +251,27 @@ async def test_space_settings_refuse_bad_input_and_change_nothing(api: Api) -> N
     alice = await api.new_agent("alice")
     team = await _shared_space(api, alice)
     path, admin = f"/v1/spaces/{team}/settings", api.admin.headers
-    for bad in (
+    refusals: list[dict[str, Any]] = [
         {"write_gates": False},
         {"write_gate": "no"},
         {"evidence_gate": 1},
         {"max_unused_days": 0},
         {"max_unused_days": 36_501},
         {"max_unused_days": "30"},
-    ):
+        {"consolidation": {"with_space": []}},
+        {"consolidation": {"excluded_sources": [""]}},
+        {"consolidation": {"excluded_sources": "external:"}},
+        {"consolidation": {"with_spaces": [str(uuid.uuid4()) for _ in range(17)]}},
+    ]
+    for bad in refusals:
         refused = await api.http.put(path, json=bad, headers=admin)
         body = assert_problem(refused, 422, "invalid-request")
         assert body["errors"], body
+    not_an_id = {"consolidation": {"with_spaces": ["nope"]}}
+    body = assert_problem(
+        await api.http.put(path, json=not_an_id, headers=admin), 400, "malformed-id"
+    )
+    assert body["errors"][0]["field"] == "consolidation.with_spaces[0]"
     missing = await api.http.put(f"/v1/spaces/{uuid.uuid4()}/settings", json={}, headers=admin)
     assert_problem(missing, 404, "space-unknown")
     # Still the defaults: the gate holds.

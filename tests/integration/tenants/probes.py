@@ -636,6 +636,18 @@ PROBES: tuple[Probe, ...] = (
         space_id_of,
         "space-unknown",
     ),
+    Probe(
+        "PUT /v1/spaces/{id}/settings",
+        BODY,
+        "consolidation.with_spaces",
+        lambda side, value: Ask(
+            "PUT",
+            f"/v1/spaces/{side.space['id']}/settings",
+            json={"consolidation": {"with_spaces": [value]}},
+        ),
+        space_id_of,
+        "space-unknown",
+    ),
     _id(
         "GET /v1/spaces/{id}/access/{id}",
         "/v1/spaces/{value}/access/read",

@@ -1,0 +1,82 @@
+"""The extractive summarizer is deterministic, de-duplicates and caps; untrusted text is made
+storable (no NUL or control characters) and capped."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from service.consolidation.repository import InputRow
+from service.consolidation.service import fingerprint
+from service.consolidation.summarizers import Extractive, Input, capped, create_summarizer
+from service.memory.service import content_hash
+from service.settings import SummarizerSettings
+
+T0 = datetime(2026, 12, 1, tzinfo=UTC)
+
+
+def _input(key: str, value: str, minutes: int = 0) -> Input:
+    return Input(key, "fact", value, T0 + timedelta(minutes=minutes), content_hash(value))
+
+
+async def test_extractive_is_newest_first_deduplicated_and_deterministic() -> None:
+    inputs = [
+        _input("window", "Deploys run on Thursdays", 3),
+        _input("window.copy", "deploys  run on THURSDAYS", 2),  # the same text, normalized
+        _input("owner", "The search team owns the index", 1),
+    ]
+    summarizer = Extractive(4000)
+    first = await summarizer.summarize("service:search", inputs)
+    assert first == "window: Deploys run on Thursdays\nowner: The search team owns the index"
+    assert await summarizer.summarize("service:search", inputs) == first
+
+
+async def test_extractive_caps_with_a_note_of_what_was_left_out() -> None:
+    inputs = [_input(f"k{n}", f"value number {n} " + "x" * 40) for n in range(50)]
+    text = await Extractive(300).summarize("s", inputs)
+    assert len(text) <= 300
+    assert text.endswith("more)")
+    assert text.startswith("k0: value number 0")
+    long = await Extractive(4000).summarize("s", [_input("k", "y" * 5000)])
+    assert len(long) < 600  # one value is quoted up to 500 characters
+
+
+def test_untrusted_text_is_stored_as_plain_capped_text() -> None:
+    assert capped("  hello\x00 world\x1b[2J\n\tnext  ", 100) == "hello world[2J\n\tnext"
+    assert capped("a" * 50, 10) == "a" * 9 + "…"
+    assert capped("\x00\x01 ", 10) == ""
+
+
+def test_settings_refuse_a_model_without_an_endpoint() -> None:
+    with pytest.raises(ValueError, match="MEMGATE_SUMMARIZER_KIND"):
+        SummarizerSettings(kind="gpt")
+    with pytest.raises(ValueError, match="MEMGATE_SUMMARIZER_URL"):
+        SummarizerSettings(kind="openai")
+    chosen = create_summarizer(SummarizerSettings(max_chars=9000), max_value_chars=2000)
+    assert chosen.id == "extractive/v1@2000"  # never longer than a memory may be
+
+
+def test_the_fingerprint_names_exactly_the_versions_and_the_summarizer() -> None:
+    def row(i: int, version: int = 1, value: str = "v") -> InputRow:
+        return InputRow(
+            uuid.UUID(int=i),
+            uuid.UUID(int=99),
+            (),
+            "k",
+            "fact",
+            value,
+            version,
+            content_hash(value),
+            None,
+            T0,
+            None,
+        )
+
+    base = fingerprint("extractive/v1@4000", [row(1), row(2)])
+    assert fingerprint("extractive/v1@4000", [row(2), row(1)]) == base  # order is no change
+    assert fingerprint("extractive/v1@4000", [row(1), row(2, version=2)]) != base
+    assert fingerprint("extractive/v1@4000", [row(1), row(2, value="w")]) != base
+    assert fingerprint("extractive/v1@4000", [row(1)]) != base
+    assert fingerprint("openai/m@4000", [row(1), row(2)]) != base
