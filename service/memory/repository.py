@@ -33,6 +33,7 @@ from sqlalchemy import (
     null,
     or_,
     select,
+    union_all,
     values,
 )
 from sqlalchemy.dialects.postgresql import ARRAY, REGCONFIG, TSQUERY, UUID
@@ -863,6 +864,51 @@ def _vector_ranked(nearest: FromClause) -> CTE:
     ).cte("vector_ranked")
 
 
+def _candidates(vector: CTE | None, lexical: CTE, weights: CTE) -> FromClause:
+    """The union of both legs' `depth` best, one row each: its cosine distance, its rank in
+    each leg that ranked it, and its term weight (NULL: it matches no term). A row the vector
+    leg alone ranked may still match a term below the lexical leg's `depth`; its weight comes
+    from `weights`.
+
+    One grouped UNION ALL (a hash aggregate over the legs' rows and the matching rows), not
+    joins: the planner cannot estimate the CTEs' sizes and joined them in a nested loop that
+    compared every candidate with every matching row (125 x 1,000 per search, 14 ms)."""
+    missing_rank = cast(null(), BigInteger)
+    missing = cast(null(), Float)
+    legs = [
+        select(
+            lexical.c.id,
+            missing.label("distance"),
+            missing_rank.label("vector_rank"),
+            lexical.c.rank.label("lexical_rank"),
+            missing.label("weight"),
+        ),
+        select(
+            weights.c.id,
+            weights.c.distance,
+            missing_rank,
+            missing_rank,
+            weights.c.weight,
+        ),
+    ]
+    if vector is not None:
+        legs.append(select(vector.c.id, vector.c.distance, vector.c.rank, missing_rank, missing))
+    rows = union_all(*legs).subquery("legs")
+    vector_rank, lexical_rank = func.min(rows.c.vector_rank), func.min(rows.c.lexical_rank)
+    return (
+        select(
+            rows.c.id,
+            func.min(rows.c.distance).label("distance"),
+            vector_rank.label("vector_rank"),
+            lexical_rank.label("lexical_rank"),
+            func.max(rows.c.weight).label("weight"),
+        )
+        .group_by(rows.c.id)
+        .having(or_(vector_rank.is_not(None), lexical_rank.is_not(None)))
+        .subquery("candidates")
+    )
+
+
 def _fused(
     scope: Visible,
     query_vector: list[float],
@@ -886,45 +932,24 @@ def _fused(
         scope, query_vector, filters, fusion, gate, seen=seen, query_terms=query_terms
     )
     vector = None if nearest is None else _vector_ranked(nearest)
-    if vector is None:
-        candidates = select(
-            lexical.c.id,
-            cast(null(), Float).label("vector_distance"),
-            cast(null(), BigInteger).label("vector_rank"),
-            lexical.c.rank.label("lexical_rank"),
-        )
-    else:
-        candidates = select(
-            func.coalesce(vector.c.id, lexical.c.id).label("id"),
-            vector.c.distance.label("vector_distance"),
-            vector.c.rank.label("vector_rank"),
-            lexical.c.rank.label("lexical_rank"),
-        ).select_from(vector.outerjoin(lexical, vector.c.id == lexical.c.id, full=True))
-    cand = candidates.cte("candidates")
-    # A candidate the lexical leg alone found has its distance from its pool row; one the
-    # vector leg alone found may still match a term (below the heaviest `depth`): its weight.
-    distance = func.coalesce(cand.c.vector_distance, weights.c.distance)
+    cand = _candidates(vector, lexical, weights)
     rrf = func.coalesce(1.0 / (RRF_K + cand.c.vector_rank), 0.0) + func.coalesce(
         1.0 / (RRF_K + cand.c.lexical_rank), 0.0
     )
     admitted: ColumnElement[bool] = literal(True)
     if fusion.lexical_floor is not None:
-        by_words = weights.c.weight >= fusion.lexical_floor
+        by_words = cand.c.weight >= fusion.lexical_floor
         if fusion.vector_floor is not None and not fusion.lexical_only:
-            admitted = or_(distance <= 1.0 - fusion.vector_floor, by_words)
+            admitted = or_(cand.c.distance <= 1.0 - fusion.vector_floor, by_words)
         else:
             admitted = by_words
-    scored = (
-        select(
-            cand.c.id,
-            distance.label("distance"),
-            weights.c.weight,
-            cast(rrf, Float).label("fused"),
-            func.coalesce(admitted, False).label("admitted"),
-        )
-        .select_from(cand.outerjoin(weights, weights.c.id == cand.c.id))
-        .subquery("scored_candidates")
-    )
+    scored = select(
+        cand.c.id,
+        cand.c.distance,
+        cand.c.weight,
+        cast(rrf, Float).label("fused"),
+        func.coalesce(admitted, False).label("admitted"),
+    ).subquery("scored_candidates")
     ranked = (
         select(scored.c.id, scored.c.distance, scored.c.weight, scored.c.fused)
         .where(scored.c.admitted)
