@@ -114,3 +114,10 @@ REVERT = operation(
     EmbeddingFailed,
     success=201,
 )
+
+SWEEP_EXPIRED = operation(
+    "memory.sweep_expired",
+    "sweepExpiredMemories",
+    "A job: delete memories past their expiry plus the tenant's retention period",
+    Scope.RUN_JOBS,
+)

@@ -15,6 +15,7 @@ import yaml
 from service.app import create_app
 from service.auth.exchange import TOKEN_EXCHANGE
 from service.http.openapi_doc import SCHEMA_ROUTES, documented_problems, render_openapi
+from service.jobs.registry import JOBS
 from service.operations import OPERATIONS, Operation
 from service.problems import PROBLEM_TYPES
 
@@ -39,8 +40,14 @@ UNDOCUMENTED = {"mcpExchange"}
 describe themselves (tools/list, docs/mcp.md); Litestar does not describe mounts."""
 
 
+JOB_OPERATIONS = {job.operation.operation_id for job in JOBS.values()}
+"""Operations a job runs batch by batch (service/jobs/registry.py): started through
+`startJobRun`, each batch audited under the job's name, never a route of their own."""
+
+
 def documented() -> list[Operation]:
-    return [op for op in OPERATIONS.values() if op.operation_id not in UNDOCUMENTED]
+    hidden = UNDOCUMENTED | JOB_OPERATIONS
+    return [op for op in OPERATIONS.values() if op.operation_id not in hidden]
 
 
 @pytest.fixture(scope="module")

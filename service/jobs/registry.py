@@ -1,0 +1,18 @@
+"""Every job the runner knows, by name (`memory.sweep_expired`).
+
+Each feature declares its jobs in its own `jobs.py` (a `Job`: operation, batch function, needs)
+and is imported here, so the registry is the one list the API, the CLI and the scheduler share.
+"""
+
+from __future__ import annotations
+
+from service.jobs.declare import Job
+from service.memory.jobs import SWEEP_EXPIRED
+
+JOBS: dict[str, Job] = {job.name: job for job in (SWEEP_EXPIRED,)}
+"""Tenant jobs: run batch by batch as the tenant's job principal."""
+
+
+def known_jobs() -> str:
+    """The job names, for a problem that tells a caller what it could have asked for."""
+    return ", ".join(sorted(JOBS))
