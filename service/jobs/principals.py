@@ -83,7 +83,7 @@ async def snapshot(
         .where(SpaceGrant.tenant_id == tenant_id, SpaceGrant.principal_id == principal_id)
         .group_by(SpaceGrant.action)
     )
-    return GrantSnapshot.of(dict(rows.tuples().all()))
+    return GrantSnapshot.of({str(row[0]): list(row[1]) for row in rows.all()})
 
 
 def snapshot_of(stored: Mapping[str, Any]) -> GrantSnapshot:

@@ -115,16 +115,18 @@ async def stored_ids(api: Api) -> set[str]:
         return {row[0] for row in rows}
 
 
-async def audit_rows(api: Api, action: str) -> list[dict[str, Any]]:
+async def audit_rows(api: Api, action: str, run_id: uuid.UUID) -> list[dict[str, Any]]:
+    """The audit rows of one run's batches (each names the run among its targets)."""
     async with as_owner(api.runtime) as conn:
         from sqlalchemy import text
 
         rows = await conn.execute(
             text(
                 "SELECT action, decision, reason, status, result_count, target_ids::text[] AS t "
-                "FROM audit_events WHERE tenant_id = :tenant AND action = :action ORDER BY seq"
+                "FROM audit_events WHERE tenant_id = :tenant AND action = :action "
+                "AND CAST(:run AS uuid) = ANY(target_ids) ORDER BY seq"
             ),
-            {"tenant": api.tenant_id, "action": action},
+            {"tenant": api.tenant_id, "action": action, "run": str(run_id)},
         )
         return [dict(row) for row in rows.mappings()]
 

@@ -29,7 +29,7 @@ async def test_sweep_deletes_expired_rows_past_retention_in_batches(api: Api) ->
     assert run["batches"] == 3  # 3 + 3 + 1 with batches of 3
     stored = await stored_ids(api)
     assert {recent["id"], alive["id"]} <= stored
-    rows = await audit_rows(api, "memory.sweep_expired")
+    rows = await audit_rows(api, "memory.sweep_expired", run_id)
     assert [r["result_count"] for r in rows] == [3, 3, 1]
     assert [r["reason"] for r in rows] == [
         "ok deleted=0,retracted=3,scanned=3",
