@@ -19,13 +19,17 @@ from collections.abc import Mapping
 import structlog
 from sqlalchemy import select, text
 
+from service.calls import Call
 from service.db.models import JobRun
-from service.db.tenancy import name_tenant
 from service.jobs.declare import Job
+from service.jobs.operations import START
+from service.jobs.principals import job_principal, job_token, snapshot_of
 from service.jobs.runner import Runner
 from service.jobs.schemas import RunCreate
 from service.jobs.service import JobService
+from service.problems import Problem
 from service.runtime import Runtime
+from service.tenants.settings import DEFAULT as DEFAULT_SETTINGS
 
 _log = structlog.get_logger("memgate.jobs")
 _TENANTS = text("SELECT memgate_job_tenants()")
@@ -36,24 +40,50 @@ async def enabled_tenants(runtime: Runtime) -> list[uuid.UUID]:
         return list((await session.scalars(_TENANTS)).all())
 
 
+async def queue_as_operator(
+    runtime: Runtime, tenant_id: uuid.UUID, job: Job, request: RunCreate, via: str
+) -> uuid.UUID | None:
+    """Queue a run of `job` in `tenant_id` for the operator (`via`: `CLI`, `SCHEDULE`), unless
+    one is queued or running already (None then). A call of `jobs.start` like the API's, made
+    by the tenant's job principal (nobody else acts), audited in the tenant's chain."""
+    caller = job_principal(tenant_id, uuid.UUID(int=0), snapshot_of({}), DEFAULT_SETTINGS)
+    call = Call(runtime, START.name, via, f"/jobs/{job.name}/runs", caller=caller)
+    call.token = job_token(caller, runtime.embedded_keys)
+    try:
+        pending = await call.db.scalar(
+            select(JobRun.id).where(
+                JobRun.tenant_id == tenant_id,
+                JobRun.job == job.name,
+                JobRun.status.in_(("queued", "running")),
+                JobRun.space_id.is_(None)
+                if request.space_id is None
+                else JobRun.space_id == request.space_id,
+                JobRun.dry_run.is_(request.dry_run),
+            )
+        )
+        if pending is not None:
+            call.exempt = True  # nothing done: no row per tenant per interval
+            await call.finish(200)
+            return pending if via == "CLI" else None
+        run = await JobService(call.db, tenant_id, call.facts).enqueue(job, request, None)
+        unrecorded = await call.finish(START.success)
+        if unrecorded is not None:
+            raise unrecorded
+        return run.id
+    except Problem as problem:
+        if not call.finished:
+            await call.finish(problem.status, problem.slug)
+        raise
+    finally:
+        await call.close()
+
+
 async def queue_everywhere(runtime: Runtime, job: Job) -> int:
     """A run of `job` in every enabled tenant without one queued or running; how many."""
-    from service.calls import Facts
-
     queued = 0
     for tenant_id in await enabled_tenants(runtime):
-        async with runtime.sessionmaker.begin() as session:
-            await name_tenant(session, tenant_id)
-            pending = await session.scalar(
-                select(JobRun.id).where(
-                    JobRun.tenant_id == tenant_id,
-                    JobRun.job == job.name,
-                    JobRun.status.in_(("queued", "running")),
-                )
-            )
-            if pending is None:
-                await JobService(session, tenant_id, Facts()).enqueue(job, RunCreate(), None)
-                queued += 1
+        if await queue_as_operator(runtime, tenant_id, job, RunCreate(), "SCHEDULE"):
+            queued += 1
     return queued
 
 

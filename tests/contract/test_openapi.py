@@ -15,6 +15,7 @@ import yaml
 from service.app import create_app
 from service.auth.exchange import TOKEN_EXCHANGE
 from service.http.openapi_doc import SCHEMA_ROUTES, documented_problems, render_openapi
+from service.jobs.platform import PLATFORM_JOBS
 from service.jobs.registry import JOBS
 from service.operations import OPERATIONS, Operation
 from service.problems import PROBLEM_TYPES
@@ -40,9 +41,12 @@ UNDOCUMENTED = {"mcpExchange"}
 describe themselves (tools/list, docs/mcp.md); Litestar does not describe mounts."""
 
 
-JOB_OPERATIONS = {job.operation.operation_id for job in JOBS.values()}
-"""Operations a job runs batch by batch (service/jobs/registry.py): started through
-`startJobRun`, each batch audited under the job's name, never a route of their own."""
+JOB_OPERATIONS = {job.operation.operation_id for job in JOBS.values()} | {
+    job.operation.operation_id for job in PLATFORM_JOBS.values()
+}
+"""Operations a job runs (service/jobs/registry.py, platform.py): tenant jobs are started
+through `startJobRun` and platform jobs by `memgate jobs run`, each batch audited under the
+job's operation, never a route of their own."""
 
 
 def documented() -> list[Operation]:
