@@ -113,8 +113,6 @@ TOOL_PROBES = (
         None,
         twin=made_up_subject,
     ),
-)
-TOOL_PROBES += (
     # An agent never holds run:jobs: refused before the space is looked at, the same for all.
     ToolProbe(
         "request_consolidation",
