@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 from sqlalchemy import text
 
@@ -48,7 +49,7 @@ async def test_sweep_deletes_expired_rows_past_retention_in_batches(api: Api) ->
     assert all(r["decision"] == "allow" and str(run_id) in r["t"] for r in rows)
 
 
-async def _sweep(api: Api, s: Setup, **body: object) -> dict[str, object]:
+async def _sweep(api: Api, s: Setup, **body: object) -> dict[str, Any]:
     run_id = await queue(api, "memory.sweep_expired", **body)
     await runner(api).run(s.tenant, run_id)
     run = await run_of(api, run_id)
