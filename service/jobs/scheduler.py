@@ -23,6 +23,7 @@ from service.calls import Call
 from service.db.models import JobRun
 from service.jobs.declare import Job
 from service.jobs.operations import START
+from service.jobs.platform import PLATFORM_JOBS, run_platform_job
 from service.jobs.principals import job_principal, job_token, snapshot_of
 from service.jobs.runner import Runner
 from service.jobs.schemas import RunCreate
@@ -96,19 +97,29 @@ def runner_of(runtime: Runtime, jobs: Mapping[str, Job]) -> Runner:
 
 async def work(runtime: Runtime, jobs: Mapping[str, Job]) -> None:
     """The worker loop (cancelled when the app stops; a batch cut short is rolled back and
-    taken up again later from the run's cursor)."""
+    taken up again later from the run's cursor). A scheduled platform job runs here directly
+    (one audited step); `keys.rotate` needs the owner's login, which `serve`'s app does not
+    hold, so it fails audited and logged: schedule it as a CronJob instead."""
     settings = runtime.settings.jobs
     runner = runner_of(runtime, jobs)
+    unknown = [
+        name for name, _ in settings.schedule if name not in jobs and name not in PLATFORM_JOBS
+    ]
+    if unknown:
+        _log.error("job_schedule_unknown", jobs=unknown, known=sorted([*jobs, *PLATFORM_JOBS]))
     last: dict[str, float] = {}
     while True:
         await asyncio.sleep(settings.poll_seconds)
         now = time.monotonic()
         for name, every in settings.schedule:
-            job = jobs.get(name)
-            if job is None or now - last.get(name, float("-inf")) < every:
+            if now - last.get(name, float("-inf")) < every:
                 continue
             last[name] = now
-            await _logged(name, queue_everywhere(runtime, job))
+            job, platform = jobs.get(name), PLATFORM_JOBS.get(name)
+            if job is not None:
+                await _logged(name, queue_everywhere(runtime, job))
+            elif platform is not None:
+                await _logged(name, run_platform_job(runtime, platform, None, via="SCHEDULE"))
         await _logged("pick_up", runner.pick_up())
 
 

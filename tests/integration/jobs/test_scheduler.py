@@ -13,12 +13,13 @@ import pytest
 from service.settings import JobSettings, Settings
 from tests.conftest import make_settings
 from tests.fixtures.api import Api
-from tests.integration.jobs.support import expire, queue, run_of, setup
+from tests.integration.jobs.support import expire, queue, run_of, scalar, setup
 
 
 @pytest.fixture
 def settings(database_url: str, tmp_path: Path) -> Settings:
-    jobs = JobSettings(poll_seconds=0.1, batch_size=3, schedule=(("memory.sweep_expired", 1.0),))
+    schedule = (("memory.sweep_expired", 1.0), ("audit.checkpoint", 1.0))
+    jobs = JobSettings(poll_seconds=0.1, batch_size=3, schedule=schedule)
     return replace(make_settings(database_url, tmp_path), jobs=jobs)
 
 
@@ -60,3 +61,16 @@ async def test_the_worker_runs_queued_runs_and_schedules_the_sweep(api: Api) -> 
 async def _ended(api: Api, run_id: Any) -> Any:
     run = await run_of(api, run_id)
     return run if run["status"] not in ("queued", "running") else None
+
+
+async def test_the_schedule_runs_platform_jobs_audited_in_the_platform_chain(api: Api) -> None:
+    async def signed() -> Any:
+        rows: int = await scalar(
+            api.runtime,
+            "SELECT count(*) FROM audit_events WHERE action = 'audit.sign_checkpoints' "
+            "AND method = 'SCHEDULE' AND tenant_id = '00000000-0000-0000-0000-000000000000' "
+            "AND decision = 'allow' AND reason LIKE 'ok signed=%'",
+        )
+        return rows
+
+    assert await _until(api, signed) >= 1
