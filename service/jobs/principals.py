@@ -103,9 +103,18 @@ def _is_uuid(raw: object) -> bool:
     return True
 
 
-async def tenant_settings(session: AsyncSession, tenant_id: uuid.UUID) -> TenantSettings:
-    raw = await session.scalar(select(Tenant.settings).where(Tenant.tenant_id == tenant_id))
-    return stored_tenant_settings(raw)
+async def tenant_settings(session: AsyncSession, tenant_id: uuid.UUID) -> TenantSettings | None:
+    """The tenant's settings, or None when it is disabled or retired (its jobs wait)."""
+    row = (
+        await session.execute(
+            select(Tenant.settings).where(
+                Tenant.tenant_id == tenant_id,
+                Tenant.disabled_at.is_(None),
+                Tenant.retired_at.is_(None),
+            )
+        )
+    ).first()
+    return None if row is None else stored_tenant_settings(row[0])
 
 
 def job_principal(

@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
 
 import structlog
@@ -128,7 +128,6 @@ class Runner:
     batch_size: int = 100
     lease_seconds: float = 300.0
     on_progress: Callable[[Progress], None] | None = None
-    _wake: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def run(self, tenant_id: uuid.UUID, run_id: uuid.UUID) -> None:
         """Run `run_id` until it ends. Safe to call from several runners at once, and again
@@ -181,6 +180,11 @@ class Runner:
             await call.finish(200)
             return Step.DONE
         settings = await tenant_settings(call.db, tenant_id)
+        if settings is None:
+            # A disabled tenant's runs wait where they are: once it is enabled again, its
+            # stale runs are due and go on from their cursor.
+            await call.finish(200)
+            return Step.DONE
         principal = job_principal(tenant_id, run_id, snapshot_of(run.granted), settings)
         call.caller, call.token = principal, job_token(principal, self.runtime.embedded_keys)
         call.action, call.route, call.exempt = job.name, f"/jobs/{job.name}/runs", False

@@ -26,8 +26,10 @@ from tests.integration.jobs.support import (
     setup,
     stored_ids,
 )
+from tests.integration.tenants.support import platform
 
 SWEEP = "memory.sweep_expired"
+SWEEP_JOBS = {SWEEP: SWEEP_EXPIRED}
 EXPECTED = {"scanned": 10, "deleted": 0, "retracted": 10}
 """Ten expired heads, batches of three: 3 + 3 + 3 + 1."""
 
@@ -227,3 +229,25 @@ async def test_read_requires_outside_the_snapshot_is_not_visible_to_the_run(api:
     await runner(api).run(s.tenant, run_id)
     assert (await _values(api))[derived["id"]] == "derived"
     assert (await run_of(api, run_id))["counts"]["scanned"] == 0
+
+
+async def test_a_disabled_tenants_run_waits_and_goes_on_once_enabled(api: Api) -> None:
+    s = await setup(api)
+    swept = await _expired(s, 4)
+    run_id = await queue(api, SWEEP)
+    admin = await platform(api)
+    disabled = await admin.http.post(
+        f"/v1/tenants/{api.tenant_id}/disable", headers=admin.admin.headers
+    )
+    assert disabled.status_code == 200, disabled.text
+    await runner(api).run(s.tenant, run_id)
+    values = await _values(api)
+    assert all(values[i] != "" for i in swept)
+    assert await Runner(api.runtime, SWEEP_JOBS, lease_seconds=0.01).pick_up() == 0
+    enabled = await admin.http.post(
+        f"/v1/tenants/{api.tenant_id}/enable", headers=admin.admin.headers
+    )
+    assert enabled.status_code == 200, enabled.text
+    await runner(api).run(s.tenant, run_id)
+    run = await run_of(api, run_id)
+    assert (run["status"], run["counts"]["retracted"]) == ("finished", 4)
