@@ -34,6 +34,7 @@ from service.tenants.settings import DEFAULT as DEFAULT_SETTINGS
 
 _log = structlog.get_logger("memgate.jobs")
 _TENANTS = text("SELECT memgate_job_tenants()")
+_QUEUE_LOCK = text("SELECT pg_advisory_xact_lock(hashtextextended(:key, 0))")
 
 
 async def enabled_tenants(runtime: Runtime) -> list[uuid.UUID]:
@@ -51,6 +52,9 @@ async def queue_as_operator(
     call = Call(runtime, START.name, via, f"/jobs/{job.name}/runs", caller=caller)
     call.token = job_token(caller, runtime.embedded_keys)
     try:
+        # Two operators (two CronJob pods, two replicas' schedules) queueing at once: the
+        # second waits here for the first's commit, then finds its run and joins it.
+        await call.db.execute(_QUEUE_LOCK, {"key": f"memgate.job-queue:{job.name}:{tenant_id}"})
         pending = await call.db.scalar(
             select(JobRun.id).where(
                 JobRun.tenant_id == tenant_id,

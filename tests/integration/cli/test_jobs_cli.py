@@ -6,13 +6,25 @@ command."""
 from __future__ import annotations
 
 import json
+import re
+import subprocess
 import time
 
 import httpx
 
-from tests.integration.cli.test_embedded_lifecycle import Server, _alive, _postmaster_pid, server
+from tests.integration.cli.test_embedded_lifecycle import (
+    COMMAND_TIMEOUT,
+    MEMGATE,
+    Server,
+    _alive,
+    _postmaster_pid,
+    server,
+)
 
 __all__ = ["server"]  # the fixture, used by name
+
+PROGRESS = re.compile(r"^memory\.sweep_expired run (\S+): batch (\d+) ", re.MULTILINE)
+"""One progress line per batch a process ran: (run id, batch number)."""
 
 
 def _api(server: Server, method: str, path: str, token: str, **kwargs: object) -> httpx.Response:
@@ -44,7 +56,7 @@ def test_jobs_run_sweeps_through_a_running_server(server: Server) -> None:
         for action in actions:
             granted = _api(server, "PUT", f"/v1/spaces/{space_id}/grants/{action}/{subject}", token)
             assert granted.status_code == 200, granted.text
-    for key in ("a", "b"):
+    for key in ("a", "b", "c", "d", "e"):
         written = _api(
             server,
             "POST",
@@ -63,14 +75,26 @@ def test_jobs_run_sweeps_through_a_running_server(server: Server) -> None:
         assert written.status_code == 201, written.text
     time.sleep(1.5)
 
-    done = server.run("jobs", "run", "memory.sweep_expired", "--tenant", tenant)
-    assert done.returncode == 0, done.stderr
-    assert "memory.sweep_expired run" in done.stderr
-    assert "finished" in done.stderr
-    result = json.loads(done.stdout)
-    (run,) = result["runs"]
-    assert run["status"] == "finished"
-    assert run["counts"]["retracted"] == 2
+    # Two processes at once (two CronJob pods): whether the second joins the first's run or
+    # queues one after it ended, every row is scanned and swept exactly once.
+    server.env["MEMGATE_JOBS_BATCH_SIZE"] = "1"
+    command = [*MEMGATE, "jobs", "run", "memory.sweep_expired", "--tenant", tenant]
+    both = [
+        subprocess.Popen(  # noqa: S603 (our own CLI)
+            command, env=server.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for _ in range(2)
+    ]
+    outputs = [process.communicate(timeout=COMMAND_TIMEOUT) for process in both]
+    assert [process.returncode for process in both] == [0, 0], outputs
+    runs = {r["id"]: r for r in (json.loads(out)["runs"][0] for out, _ in outputs)}
+    assert all(r["status"] == "finished" for r in runs.values())
+    assert sum(r["counts"]["scanned"] for r in runs.values()) == 5
+    assert sum(r["counts"]["retracted"] for r in runs.values()) == 5
+    # Each batch of each run was reported (so run) by exactly one of the two processes.
+    reported = [match.groups() for _, err in outputs for match in PROGRESS.finditer(err)]
+    assert len(reported) == len(set(reported)) == sum(r["batches"] for r in runs.values())
+    run = max(runs.values(), key=lambda r: r["counts"]["retracted"])
     assert run["principal_id"] == job
     assert run["enqueued_by"] is None
     shown = _api(server, "GET", f"/v1/jobs/runs/{run['id']}", token).json()
