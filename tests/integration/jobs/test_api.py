@@ -137,3 +137,15 @@ async def test_a_queued_run_runs_as_the_job_principal_and_is_listed(api: Api) ->
     assert_problem(bad_status, 422, "invalid-request")
     malformed = await api.http.get("/v1/jobs/runs/not-an-id", headers=api.admin.headers)
     assert_problem(malformed, 400, "malformed-id")
+
+
+async def test_runs_are_listed_in_cursor_pages_newest_first(api: Api) -> None:
+    queued = [str(await queue(api, SWEEP, dry_run=True)) for _ in range(53)]
+    first = (await api.http.get("/v1/jobs/runs", headers=api.admin.headers)).json()
+    assert [item["id"] for item in first["items"]] == queued[::-1][:50]
+    second = await api.http.get(
+        "/v1/jobs/runs", params={"cursor": first["next_cursor"]}, headers=api.admin.headers
+    )
+    assert second.status_code == 200, second.text
+    assert [item["id"] for item in second.json()["items"]] == queued[::-1][50:]
+    assert second.json()["next_cursor"] is None
