@@ -1,13 +1,14 @@
 """Every job the runner knows, by name (`memory.sweep_expired`).
 
-Each feature declares its jobs in its own `jobs.py` (a `Job`: operation, batch function, needs)
-and is imported here, so the registry is the one list the API, the CLI and the scheduler share.
+Each feature declares its jobs in a module of its own (a `Job`: operation, batch function, needs,
+options) that is imported here, so the registry is the one list the API, the MCP tool, the CLI
+and the scheduler share. `memory.sweep_expired` lives in service/memory/sweep.py.
 """
 
 from __future__ import annotations
 
 from service.jobs.declare import Job
-from service.memory.jobs import SWEEP_EXPIRED
+from service.memory.sweep import SWEEP_EXPIRED
 
 JOBS: dict[str, Job] = {job.name: job for job in (SWEEP_EXPIRED,)}
 """Tenant jobs: run batch by batch as the tenant's job principal."""

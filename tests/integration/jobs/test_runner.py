@@ -11,7 +11,7 @@ import pytest
 
 from service.jobs.declare import Batch, BatchDone, Job
 from service.jobs.runner import Progress, Runner
-from service.memory.jobs import SWEEP_EXPIRED, sweep_expired
+from service.memory.sweep import SWEEP_EXPIRED, sweep_expired
 from tests.fixtures.api import Api
 from tests.integration.jobs.support import (
     Setup,
