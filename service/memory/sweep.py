@@ -24,8 +24,9 @@ import base64
 import json
 import uuid
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
-from sqlalchemy import and_, func, or_, tuple_
+from sqlalchemy import Select, and_, func, or_, tuple_
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.db.models import Memory
@@ -79,8 +80,20 @@ async def _past(
     after: tuple[datetime, uuid.UUID] | None,
     size: int,
 ) -> list[Row]:
+    result = await session.execute(expired_rows(scope, cutoff, space_id, after, size))
+    return [(row[0], row[1], row[2]) for row in result.all()]
+
+
+def expired_rows(
+    scope: Visible,
+    cutoff: datetime,
+    space_id: uuid.UUID | None,
+    after: tuple[datetime, uuid.UUID] | None,
+    size: int,
+) -> Select[Any]:
     """Up to `size` rows past `cutoff`, in expiry order from `after`, read from the expiry
-    index. A head that is already a stub has nothing left to sweep."""
+    index (tests/integration/jobs/test_sweep_plan.py holds it to that). A head that is already
+    a stub has nothing left to sweep."""
     conditions = [
         Memory.expires_at.is_not(None),
         Memory.expires_at <= cutoff,
@@ -90,13 +103,12 @@ async def _past(
         conditions.append(Memory.space_id == space_id)
     if after is not None:
         conditions.append(tuple_(Memory.expires_at, Memory.id) > tuple_(*after))
-    result = await session.execute(
+    return (
         scope.select(Memory.id, Memory.expires_at, Memory.superseded_by, liveness=_SWEEPABLE)
         .where(*conditions)
         .order_by(Memory.expires_at, Memory.id)
         .limit(size)
     )
-    return [(row[0], row[1], row[2]) for row in result.all()]
 
 
 async def _delete(session: AsyncSession, scope: Visible, ids: list[uuid.UUID]) -> int:
