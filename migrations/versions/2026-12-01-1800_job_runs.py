@@ -11,6 +11,7 @@
 - `memgate_job_runs_due(lease)`: the one read across tenants the runner makes: the ids of runs
   queued, or running without a heartbeat for `lease` seconds (their process died). Ids only.
 - `memgate_job_tenants()`: the enabled tenants, ids only, for the scheduler to enqueue runs in.
+- a trigger on `tenants`: when a tenant is deleted (retired), its runs go with its data.
 - `ix_memories_expiry`: `(tenant_id, expires_at)` over rows that have an expiry, so the sweep
   reads the rows past their time directly and never lists a tenant's memories.
 
@@ -102,6 +103,22 @@ $$;
 """Runs a runner should take up: queued, or running with a heartbeat older than the lease
 (the process that ran them died); a live run's heartbeat is fresher, so it is not taken."""
 
+RETIRED = """
+CREATE FUNCTION memgate_retired_tenant_runs() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+BEGIN
+    DELETE FROM job_runs WHERE tenant_id = NEW.tenant_id;
+    RETURN NULL;
+END
+$$;
+REVOKE ALL ON FUNCTION memgate_retired_tenant_runs() FROM PUBLIC;
+CREATE TRIGGER tenants_retired_runs AFTER UPDATE OF retired_at ON tenants
+    FOR EACH ROW WHEN (OLD.retired_at IS NULL AND NEW.retired_at IS NOT NULL)
+    EXECUTE FUNCTION memgate_retired_tenant_runs();
+"""
+"""A deleted (retired) tenant's runs go with its data (`memgate_retire_tenant`): their options
+name subjects, which must not outlive the tenant. The app role itself may not delete runs."""
+
 EXPIRY_INDEX = """
 CREATE INDEX ix_memories_expiry ON memories (tenant_id, expires_at)
     WHERE expires_at IS NOT NULL
@@ -114,12 +131,15 @@ def upgrade() -> None:
     op.execute(DUE)
     op.execute(TENANTS)
     op.execute(GRANTS)
+    op.execute(RETIRED)
     op.execute(EXPIRY_INDEX)
 
 
 def downgrade() -> None:
     op.execute("SET LOCAL lock_timeout = '5s'")
     op.execute("DROP INDEX ix_memories_expiry")
+    op.execute("DROP TRIGGER tenants_retired_runs ON tenants")
+    op.execute("DROP FUNCTION memgate_retired_tenant_runs()")
     op.execute("DROP FUNCTION memgate_job_tenants()")
     op.execute("DROP FUNCTION memgate_job_runs_due(double precision)")
     op.execute("DROP TABLE job_runs")

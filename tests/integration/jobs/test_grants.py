@@ -12,6 +12,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from tests.fixtures.api import Api
 from tests.integration.jobs.support import queue
+from tests.integration.memory.support import scalar
+from tests.integration.tenants.support import platform
 
 NAME = "SELECT set_config('memgate.tenant_id', :tenant, true)"
 
@@ -68,3 +70,24 @@ async def test_runs_are_seen_only_in_the_named_tenant_and_never_deleted(
     assert deletes_memories is True
     assert {str(row.tenant_id) for row in due} == {api.tenant_id, other.tenant_id}
     assert all(len(row) == 2 for row in due)  # ids only
+
+
+async def test_a_deleted_tenants_runs_go_with_its_data(api: Api) -> None:
+    other = await api.other_tenant()
+    await queue(api, "memory.sweep_expired", dry_run=True)
+    await queue(other, "memory.sweep_expired", dry_run=True)
+    admin = await platform(api)
+    path = f"/v1/tenants/{api.tenant_id}"
+    assert (await admin.http.post(f"{path}/disable", headers=admin.admin.headers)).is_success
+    plan = (await admin.http.delete(path, headers=admin.admin.headers)).json()
+    done = await admin.http.delete(
+        path, params={"confirm": plan["confirm"]}, headers=admin.admin.headers
+    )
+    assert done.status_code == 200, done.text
+    left = await scalar(
+        api.runtime, "SELECT count(*) FROM job_runs WHERE tenant_id = :t", t=api.tenant_id
+    )
+    kept = await scalar(
+        api.runtime, "SELECT count(*) FROM job_runs WHERE tenant_id = :t", t=other.tenant_id
+    )
+    assert (left, kept) == (0, 1)
