@@ -220,6 +220,10 @@ class Runner:
         except Exception as exc:
             await call.finish(500, "internal-error")
             await self._failed_batch(run, type(exc).__name__)
+            # The type only: a message can quote content or SQL.
+            _log.error(
+                "job_batch_failed", job=job.name, run_id=str(run.id), error_type=type(exc).__name__
+            )
             raise
         counts = _summed(run.counts, done.counts)
         finished = done.cursor is None
@@ -246,6 +250,9 @@ class Runner:
         if unrecorded is not None:
             # Nothing of the batch is known to be kept: the next step repeats it safely.
             raise unrecorded
+        _log.info(
+            "job_batch", job=job.name, run_id=str(run.id), tenant=str(run.tenant_id), counts=counts
+        )
         if self.on_progress is not None:
             status = "finished" if finished else "running"
             self.on_progress(Progress(run.id, job.name, status, run.batches + 1, counts))
