@@ -1,5 +1,5 @@
 """The `memgate` command: serve | migrate | revision | keys rotate | token | audit | tenants |
-openapi."""
+jobs | openapi."""
 
 from __future__ import annotations
 
@@ -537,6 +537,44 @@ def _created_tenant(settings: Settings, created: dict[str, Any]) -> dict[str, An
     return created
 
 
+def cmd_jobs_run(
+    settings: Settings, name: str, tenant: str | None, space: str | None, dry_run: bool
+) -> int:
+    """`memgate jobs run NAME`: against the database (a running serve's embedded cluster is used
+    and left running); what a Kubernetes CronJob runs. Progress on stderr, the runs on stdout."""
+    import uuid
+
+    from service.jobs.cli import JobRefused, run
+    from service.problems import Problem
+
+    try:
+        tenant_id = uuid.UUID(tenant) if tenant else None
+        space_id = uuid.UUID(space) if space else None
+    except ValueError:
+        print("memgate jobs run: --tenant and --space take ids (UUIDs)", file=sys.stderr)
+        return 2
+
+    async def act(url: str, owner_url: str) -> Any:
+        runtime = await _runtime(settings, url, None)
+        try:
+            return await run(runtime, name, tenant_id, space_id, dry_run, owner_url)
+        finally:
+            await runtime.close()
+
+    try:
+        with database_urls(settings) as urls:
+            result = asyncio.run(act(urls.app_login(settings), urls.owner))
+    except JobRefused as exc:
+        print(f"memgate jobs run: {exc}", file=sys.stderr)
+        return 1
+    except Problem as problem:
+        print(f"memgate jobs run {name}: {problem.slug}: {problem.detail}", file=sys.stderr)
+        return 1
+    print(json.dumps(result, indent=2, default=str))
+    ended = [r["status"] for r in result.get("runs", [])]
+    return 0 if all(status == "finished" for status in ended) else 1
+
+
 def cmd_openapi(path: Path) -> int:
     from service.http.openapi_doc import render_openapi
 
@@ -653,6 +691,28 @@ def build_parser() -> argparse.ArgumentParser:
     for verb in ("disable", "enable"):
         toggled = command(tenant_commands, verb, f"{verb} a tenant (idempotent)")
         toggled.add_argument("tenant_id", help="the tenant's id")
+    jobs = command(
+        commands,
+        "jobs",
+        "run the jobs that keep memory tidy (docs/jobs.md)",
+        "Works on the database directly, like `memgate tenants` (a running serve's embedded "
+        "cluster is used and left running); a Kubernetes CronJob runs `memgate jobs run NAME`.",
+    )
+    job_commands = jobs.add_subparsers(dest="jobs_command", required=True, metavar="ACTION")
+    job_run = command(
+        job_commands,
+        "run",
+        "run a job now, batch by batch, printing progress and the counts",
+        "Tenant jobs (memory.sweep_expired ...) run in every enabled tenant unless --tenant "
+        "names one, as the tenant's job principal; platform jobs (audit.checkpoint, "
+        "keys.rotate) once. Exit code 0 when every run finished.",
+    )
+    job_run.add_argument("name", help="the job's name, e.g. memory.sweep_expired")
+    job_run.add_argument("--tenant", help="only this tenant (its id)")
+    job_run.add_argument("--space", help="only this space (its id)")
+    job_run.add_argument(
+        "--dry-run", action="store_true", help="count what the job would do; change nothing"
+    )
     openapi = command(commands, "openapi", "write the OpenAPI document")
     openapi.add_argument(
         "--output", type=Path, default=Path("openapi.yaml"), help="where (default openapi.yaml)"
@@ -685,6 +745,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "tenants":
         argument = getattr(args, "name", None) or getattr(args, "tenant_id", None)
         return cmd_tenants(settings, args.tenant_command, argument)
+    if args.command == "jobs":
+        return cmd_jobs_run(settings, args.name, args.tenant, args.space, args.dry_run)
     return cmd_openapi(args.output)
 
 

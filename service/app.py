@@ -17,7 +17,6 @@ from service.audit.checkpoints import checkpoint_periodically
 from service.audit.controller import AuditController
 from service.auth.controller import OAuthController
 from service.auth.middleware import BearerAuthentication
-from service.consolidation import jobs as consolidation_jobs
 from service.http.answers import check_answered_problems
 from service.http.audit import check_every_route_is_an_operation, http_calls
 from service.http.body import declare_query_parameters, strict_request
@@ -28,6 +27,7 @@ from service.http.health import HealthController
 from service.http.openapi_doc import SpecJson, SpecYaml
 from service.identity.controller import ClientController, PrincipalController
 from service.issuers.controller import IssuerController
+from service.jobs.controller import JobController
 from service.mcp.controller import mcp_routes
 from service.memory.controller import MemoryController
 from service.observability.logging import request_context_middleware
@@ -43,9 +43,6 @@ from service.settings import ServerSettings
 from service.tenants.controller import TenantController
 
 API_VERSION = "0.1.0"
-JOBS = (consolidation_jobs.CONSOLIDATION,)
-"""Jobs whose operations and problems the app declares (their batches run as calls of their
-own; the job runner's registry, service/jobs/registry.py, supersedes this list)."""
 
 
 def openapi_config() -> OpenAPIConfig:
@@ -88,6 +85,25 @@ async def _background(app: Litestar) -> AsyncIterator[None]:
             await task
 
 
+@asynccontextmanager
+async def _job_worker(app: Litestar) -> AsyncIterator[None]:
+    """Runs queued and scheduled jobs while the app runs (off when the poll interval is 0)."""
+    from service.jobs.registry import JOBS
+    from service.jobs.scheduler import work
+
+    runtime: Runtime | None = app.state.runtime
+    if runtime is None or runtime.settings.jobs.poll_seconds <= 0:
+        yield
+        return
+    task = asyncio.create_task(work(runtime, JOBS))
+    try:
+        yield
+    finally:
+        task.cancel()
+        with suppress(asyncio.CancelledError):
+            await task
+
+
 def create_app(runtime: Runtime | None = None) -> Litestar:
     """The app; `runtime=None` builds it only to render the OpenAPI document."""
     auth = DefineMiddleware(
@@ -110,6 +126,7 @@ def create_app(runtime: Runtime | None = None) -> Litestar:
             PermissionController,
             RoleController,
             TenantController,
+            JobController,
             mcp,
         ],
         dependencies={
@@ -125,7 +142,7 @@ def create_app(runtime: Runtime | None = None) -> Litestar:
             runtime.settings.server.max_body_bytes if runtime else ServerSettings.max_body_bytes
         ),
         state=State({"runtime": runtime}),
-        lifespan=[_background, mcp_lifespan],
+        lifespan=[_background, _job_worker, mcp_lifespan],
         debug=False,
     )
     declare_query_parameters(app)

@@ -618,6 +618,65 @@ class RecallSettings:
 
 
 @dataclass(frozen=True)
+class JobSettings:
+    """The job runner (service/jobs/, docs/jobs.md).
+
+    batch_size: `MEMGATE_JOBS_BATCH_SIZE`; the most items one batch (one transaction) handles.
+    lease_seconds: `MEMGATE_JOBS_LEASE_SECONDS`; a running run whose heartbeat (written by every
+        batch) is older than this is taken to be abandoned (its process died) and is taken up
+        again from its last committed cursor. Keep it above the longest batch.
+    poll_seconds: `MEMGATE_JOBS_POLL_SECONDS`; how often `serve` looks for queued and abandoned
+        runs (0: `serve` runs no jobs at all; a CronJob's `memgate jobs run` does).
+    schedule: `MEMGATE_JOBS_SCHEDULE`; the in-process scheduler of `serve`: `name=seconds`
+        pairs, comma-separated (`memory.sweep_expired=3600`). Each interval, a run of that job
+        is queued in every enabled tenant that has none queued or running. Empty: no schedule.
+    retention_days: `MEMGATE_RETENTION_DAYS`; how long `memory.sweep_expired` keeps a memory past
+        its `expires_at` before deleting it, for tenants whose `retention_days` setting is unset.
+    """
+
+    batch_size: int = 100
+    lease_seconds: float = 300.0
+    poll_seconds: float = 2.0
+    schedule: tuple[tuple[str, float], ...] = ()
+    retention_days: int = 30
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.batch_size <= 10_000:
+            raise ValueError("MEMGATE_JOBS_BATCH_SIZE must be in 1..10000")
+        if self.lease_seconds <= 0 or self.poll_seconds < 0:
+            raise ValueError("MEMGATE_JOBS_LEASE_SECONDS > 0, MEMGATE_JOBS_POLL_SECONDS >= 0")
+        if not 0 <= self.retention_days <= 36_500:
+            raise ValueError("MEMGATE_RETENTION_DAYS must be in 0..36500")
+        if any(seconds <= 0 for _, seconds in self.schedule):
+            raise ValueError("MEMGATE_JOBS_SCHEDULE intervals must be positive seconds")
+
+    @classmethod
+    def from_env(cls) -> JobSettings:
+        return cls(
+            batch_size=_env_int("MEMGATE_JOBS_BATCH_SIZE", 100),
+            lease_seconds=_env_float("MEMGATE_JOBS_LEASE_SECONDS", 300.0),
+            poll_seconds=_env_float("MEMGATE_JOBS_POLL_SECONDS", 2.0),
+            schedule=parse_schedule(_env("MEMGATE_JOBS_SCHEDULE", "")),
+            retention_days=_env_int("MEMGATE_RETENTION_DAYS", 30),
+        )
+
+
+def parse_schedule(raw: str) -> tuple[tuple[str, float], ...]:
+    """`memory.sweep_expired=3600,audit.checkpoint=300` as ((name, seconds), ...)."""
+    pairs: list[tuple[str, float]] = []
+    for item in filter(None, (part.strip() for part in raw.split(","))):
+        name, _, seconds = item.partition("=")
+        try:
+            pairs.append((name.strip(), float(seconds)))
+        except ValueError:
+            raise ValueError(
+                f"MEMGATE_JOBS_SCHEDULE: {item!r} is not name=seconds "
+                "(for example memory.sweep_expired=3600)"
+            ) from None
+    return tuple(pairs)
+
+
+@dataclass(frozen=True)
 class Settings:
     database: DatabaseSettings = field(default_factory=DatabaseSettings)
     server: ServerSettings = field(default_factory=ServerSettings)
@@ -629,6 +688,7 @@ class Settings:
     quotas: QuotaSettings = field(default_factory=QuotaSettings)
     recalls: RecallSettings = field(default_factory=RecallSettings)
     summarizer: SummarizerSettings = field(default_factory=SummarizerSettings)
+    jobs: JobSettings = field(default_factory=JobSettings)
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -643,4 +703,5 @@ class Settings:
             quotas=QuotaSettings.from_env(),
             recalls=RecallSettings.from_env(),
             summarizer=SummarizerSettings.from_env(),
+            jobs=JobSettings.from_env(),
         )

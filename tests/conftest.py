@@ -30,6 +30,7 @@ from service.settings import (
     AuthSettings,
     DatabaseSettings,
     ExternalIssuer,
+    JobSettings,
     ObservabilitySettings,
     ServerSettings,
     Settings,
@@ -154,6 +155,9 @@ def make_settings(database_url: str, data_dir: Path, **auth: Any) -> Settings:
     return Settings(
         database=DatabaseSettings(url=database_url, data_dir=data_dir, pool_size=5),
         server=ServerSettings(public_url=PUBLIC_URL),
+        # No in-process job worker: a test runs the jobs it means to (tests/integration/jobs),
+        # so no run queued by another test's setup adds audit rows behind its back.
+        jobs=JobSettings(poll_seconds=0),
         auth=replace(
             AuthSettings(
                 key_encryption_key=base64.urlsafe_b64encode(os.urandom(32)).decode(),

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from alembic import op
 
 revision: str = "20261201_memory_aging"
-down_revision: str | Sequence[str] | None = "20261201_retract_only_stubs"
+down_revision: str | Sequence[str] | None = "20261201_job_runs"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from service.audit.problems import AuditFilterInvalid, AuditorRoleRequired, NoCheckpoint
 from service.auth.scopes import Scope
-from service.operations import family
+from service.operations import family, operation
 from service.policy.guards import requires_auditor
 from service.problems import BadCursor
 
@@ -35,4 +35,12 @@ CHECKPOINT = _audit(
 )
 KEYS = _audit(
     "audit.keys", "listAuditKeys", "The public keys that sign audit checkpoints", read_only=True
+)
+
+SIGN_CHECKPOINTS = operation(
+    "audit.sign_checkpoints",
+    "signAuditCheckpoints",
+    "A platform job (`memgate jobs run audit.checkpoint`): sign a checkpoint for every tenant "
+    "whose audit chain grew",
+    Scope.RUN_JOBS,
 )

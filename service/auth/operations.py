@@ -12,6 +12,7 @@ from service.auth.problems import (
     OAuthUnauthorizedClient,
     OAuthUnsupportedGrantType,
 )
+from service.auth.scopes import Scope
 from service.operations import operation
 from service.problems import BodyTooLarge, InvalidRequest
 from service.quotas.problems import RateLimited
@@ -65,4 +66,12 @@ MCP_RESOURCE_METADATA = operation(
     "Protected resource metadata of the MCP endpoint (RFC 9728)",
     None,
     takes_input=False,
+)
+
+KEYS_ROTATE = operation(
+    "keys.rotate",
+    "rotateSigningKeys",
+    "A platform job (`memgate jobs run keys.rotate`): promote the published next token "
+    "signing key, as the tables' owner",
+    Scope.RUN_JOBS,
 )

@@ -241,6 +241,14 @@ class Memory(Base):
             postgresql_using="gin",
             postgresql_where=text(LIVE_ROW),
         ),
+        # The expiry sweep (migration 20261201_job_runs): rows past their time, read directly,
+        # never by listing the tenant's memories.
+        Index(
+            "ix_memories_expiry",
+            "tenant_id",
+            "expires_at",
+            postgresql_where=text("expires_at IS NOT NULL"),
+        ),
         # The approximate search path (migration 20261130_ann_index): used only past
         # MEMGATE_SEARCH_EXACT_MAX_ROWS visible rows, with pgvector's iterative scan.
         Index(
@@ -648,3 +656,50 @@ class TenantUsage(Base):
     # Not named `memories`: the test harness takes that word after FROM-like syntax for the table.
     stored_count: Mapped[int] = mapped_column(BigInteger, nullable=False)
     stored_bytes: Mapped[int] = mapped_column(BigInteger, nullable=False)
+
+
+class JobRun(Base):
+    """One run of a job in a tenant (service/jobs/runner.py): what it covers, where it stands,
+    why it stopped (a problem slug, never content), and the grants its principal held when it
+    was enqueued (`granted`, by action), which every batch intersects with the grants now."""
+
+    __tablename__ = "job_runs"
+    __table_args__ = (
+        PrimaryKeyConstraint("tenant_id", "id"),
+        ForeignKeyConstraint(["tenant_id"], ["tenants.tenant_id"], ondelete="CASCADE"),
+        CheckConstraint(
+            "status IN ('queued', 'running', 'finished', 'failed', 'refused')", name="status"
+        ),
+        Index(
+            "ix_job_runs_pending",
+            "status",
+            "heartbeat_at",
+            postgresql_where=text("status IN ('queued', 'running')"),
+        ),
+    )
+
+    tenant_id: Mapped[uuid.UUID] = mapped_column(UUID)
+    id: Mapped[uuid.UUID] = mapped_column(UUID)
+    job: Mapped[str] = mapped_column(Text, nullable=False)
+    space_id: Mapped[uuid.UUID | None] = mapped_column(UUID)
+    dry_run: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default=false())
+    options: Mapped[dict[str, Any]] = mapped_column(
+        JSONB, nullable=False, server_default=text("'{}'::jsonb")
+    )
+    status: Mapped[str] = mapped_column(Text, nullable=False, server_default="queued")
+    cursor: Mapped[str | None] = mapped_column(Text)
+    counts: Mapped[dict[str, Any]] = mapped_column(
+        JSONB, nullable=False, server_default=text("'{}'::jsonb")
+    )
+    batches: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
+    failures: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
+    """Batches of the run that failed in a row (an error, not a refusal); reset by success."""
+    error_slug: Mapped[str | None] = mapped_column(Text)
+    error_detail: Mapped[str | None] = mapped_column(Text)
+    enqueued_by: Mapped[uuid.UUID | None] = mapped_column(UUID)
+    principal_id: Mapped[uuid.UUID] = mapped_column(UUID, nullable=False)
+    granted: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False)
+    enqueued_at: Mapped[datetime] = _now()
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

@@ -64,6 +64,9 @@ class Job:
     needs: frozenset[str] = frozenset({"read"})
     """The policy actions (`read`, `write`, `delete`) the job principal must hold somewhere for
     the run to do anything; without them the run ends at once, saying so."""
+    options: frozenset[str] = frozenset()
+    """The option names a run of the job may carry (`subject`); a run asking for any other is
+    refused (422) before it is queued."""
 
     @property
     def name(self) -> str:

@@ -80,3 +80,14 @@ class CountArguments(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
         return MemoryFilters(
             subject=self.subject, kind=self.kind, key=self.key, space_id=self.space_id
         )
+
+
+class ConsolidationArguments(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """A consolidation of one subject (`POST /v1/jobs/memory.consolidate/runs` with
+    `options.subject`)."""
+
+    subject: Subject
+    space_id: uuid.UUID | None = None
+    """Only this space (default: every space the job principal may use)."""
+    dry_run: bool = False
+    """Count what would be summarized; write nothing."""

@@ -19,7 +19,12 @@ import msgspec
 from service.auth.principal import Principal
 from service.calls import Call
 from service.http.params import parse_id
+from service.jobs import operations as job_ops
+from service.jobs.registry import JOBS
+from service.jobs.schemas import RunCreate
+from service.jobs.service import JobService, job_named
 from service.mcp.schemas import (
+    ConsolidationArguments,
     CountArguments,
     HistoryArguments,
     ListArguments,
@@ -194,3 +199,25 @@ async def forget(call: Call, runtime: Runtime, data: MemoryRef) -> dict[str, Any
     memory_id = parse_id(data.id)
     await _memories(call, runtime).delete(_caller(call), memory_id)
     return {"deleted": str(memory_id)}
+
+
+CONSOLIDATE = "memory.consolidate"
+
+
+@tool(
+    job_ops.START, name="request_consolidation", arguments=ConsolidationArguments, read_only=False
+)
+async def request_consolidation(
+    call: Call, runtime: Runtime, data: ConsolidationArguments
+) -> msgspec.Struct:
+    """Queue a consolidation of one subject: summaries per space of what is known about it,
+    each readable only by those who can read every input. It runs later, as the tenant's job
+    principal (not as you); the answer is the queued run (poll `GET /v1/jobs/runs/{id}`)."""
+    job = job_named(JOBS, CONSOLIDATE)
+    caller = _caller(call)
+    request = RunCreate(
+        space_id=data.space_id, dry_run=data.dry_run, options={"subject": data.subject}
+    )
+    return await JobService(call.db, caller.tenant_id, call.facts).enqueue(
+        job, request, caller.principal_id
+    )

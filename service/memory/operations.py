@@ -123,3 +123,10 @@ AGE_UNUSED = operation(
     Scope.RUN_JOBS,
     BadCursor,
 )
+
+SWEEP_EXPIRED = operation(
+    "memory.sweep_expired",
+    "sweepExpiredMemories",
+    "A job: delete memories past their expiry plus the tenant's retention period",
+    Scope.RUN_JOBS,
+)

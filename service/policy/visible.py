@@ -332,12 +332,21 @@ async def granted_space_ids(
 
 def _granted_spaces(principal: Principal, action: Action) -> Select[uuid.UUID]:
     """The compiled grants (service/policy/compile.py), read in the statement's snapshot. A
-    delegated call gets the spaces both the user and the acting agent hold `action` on."""
+    delegated call gets the spaces both the user and the acting agent hold `action` on; a job
+    run those its principal holds now and held at enqueue (`Principal.within`)."""
     granted = sa_select(SpaceGrant.space_id.label("id")).where(
         SpaceGrant.tenant_id == principal.tenant_id,
         SpaceGrant.principal_id == principal.principal_id,
         SpaceGrant.action == action.value,
     )
+    if principal.within is not None:
+        # A job run: the grants now, inside those held at enqueue. `read_requires` is tested
+        # against the read set built here, so a row needing a space outside the snapshot is
+        # not visible either.
+        held = list(principal.within.spaces(action.value))
+        granted = granted.where(
+            SpaceGrant.space_id == any_(cast(literal(held, _UUID_ARRAY), _UUID_ARRAY))
+        )
     if principal.actor_id is None:
         return granted
     actor = aliased(SpaceGrant)

@@ -48,7 +48,8 @@ class TenantSettings(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=T
     default_ttl_seconds: int | None = None
     """The TTL of a write that gives none (1..315360000 s)."""
     retention_days: int | None = None
-    """How long memories are kept (1..36500 days). Stored for the jobs issue; not applied yet."""
+    """How long `memory.sweep_expired` keeps a memory past its `expires_at` before deleting it
+    (1..36500 days; unset: the operator's `MEMGATE_RETENTION_DAYS`)."""
     agents_may_read_policy: bool = True
     """Whether an agent's client may hold `read:policy` (default: yes, as before settings)."""
 

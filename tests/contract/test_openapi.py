@@ -14,10 +14,9 @@ import yaml
 
 from service.app import create_app
 from service.auth.exchange import TOKEN_EXCHANGE
-from service.consolidation.jobs import CONSOLIDATION
-from service.embeddings.jobs import REEMBED_JOB
 from service.http.openapi_doc import SCHEMA_ROUTES, documented_problems, render_openapi
-from service.memory.jobs import AGE_UNUSED_JOB
+from service.jobs.platform import PLATFORM_JOBS
+from service.jobs.registry import JOBS
 from service.operations import OPERATIONS, Operation
 from service.problems import PROBLEM_TYPES
 
@@ -37,17 +36,22 @@ PUBLIC_TODAY = {
 }
 """Today's public routes, spelled out (more may be declared public; none of these may stop)."""
 
-JOB_BATCHES = {job.operation.operation_id for job in (AGE_UNUSED_JOB, REEMBED_JOB, CONSOLIDATION)}
-"""Operations run only as a job's batches (service/jobs/declare.py): a run is started through
-the job runner, not through a route of the job's own; each batch is a call the runner opens,
-audited under the operation's name (docs/jobs.md)."""
-UNDOCUMENTED = {"mcpExchange"} | JOB_BATCHES
+UNDOCUMENTED = {"mcpExchange"}
 """Operations without an OpenAPI entry: the MCP endpoint is a mounted JSON-RPC app, whose tools
-describe themselves (tools/list, docs/mcp.md); Litestar does not describe mounts; and jobs."""
+describe themselves (tools/list, docs/mcp.md); Litestar does not describe mounts."""
+
+
+JOB_OPERATIONS = {job.operation.operation_id for job in JOBS.values()} | {
+    job.operation.operation_id for job in PLATFORM_JOBS.values()
+}
+"""Operations a job runs (service/jobs/registry.py, platform.py): tenant jobs are started
+through `startJobRun` and platform jobs by `memgate jobs run`, each batch audited under the
+job's operation, never a route of their own."""
 
 
 def documented() -> list[Operation]:
-    return [op for op in OPERATIONS.values() if op.operation_id not in UNDOCUMENTED]
+    hidden = UNDOCUMENTED | JOB_OPERATIONS
+    return [op for op in OPERATIONS.values() if op.operation_id not in hidden]
 
 
 @pytest.fixture(scope="module")

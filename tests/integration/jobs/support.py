@@ -1,154 +1,134 @@
-"""Running a job's batches the way the runner does (one call per batch, as a job principal,
-committed with its audit row), until the runner lands on this branch."""
+"""Helpers of the job tests: a tenant with a team space and the job principal granted on it,
+expired memories, runs queued through the API, and what is really stored (as the owner)."""
 
 from __future__ import annotations
 
 import uuid
-from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from service.auth.principal import Principal
-from service.auth.tokens import TrustedIssuer, VerifiedToken
-from service.calls import Call
-from service.embeddings import Embedder
-from service.jobs.declare import Batch, BatchDone, Job, RunScope
-from service.problems import Problem
-from service.runtime import Runtime
+from service.jobs.declare import Job
+from service.jobs.principals import job_principal_id
+from service.jobs.registry import JOBS
+from service.jobs.runner import Runner
 from tests.fixtures.api import Agent, Api
+from tests.integration.memory.support import as_owner, scalar
+
+RUN_JOBS = "run:jobs"
 
 
-def job_principal(api: Api, principal_id: str | uuid.UUID) -> Principal:
-    """The principal a job runs as: `principal_id`'s grants (a random id holds none)."""
-    return Principal(
-        tenant_id=uuid.UUID(api.tenant_id),
-        principal_id=uuid.UUID(str(principal_id)),
-        client_id="job",
-        scopes=frozenset({"run:jobs"}),
-        token_id="job",
-        issuer="job",
-    )
-
-
-def job_token(runtime: Runtime, principal: Principal) -> VerifiedToken:
-    issuer = TrustedIssuer(
-        issuer=runtime.issuer.issuer,
-        audience=runtime.issuer.audience,
-        algorithms=(runtime.settings.auth.signing_alg,),
-        keys=runtime.embedded_keys,
-        embedded=True,
-    )
-    return VerifiedToken(
-        issuer=issuer,
-        tenant_id=principal.tenant_id,
-        subject=str(principal.principal_id),
-        client_id=principal.client_id,
-        scopes=principal.scopes,
-        token_id=principal.token_id,
-        act=None,
-        claims={},
-    )
-
-
-def agent_principal(api: Api, agent: Agent) -> Principal:
-    """An agent as a caller of the service layer (reads and writes, no token)."""
-    return Principal(
-        tenant_id=uuid.UUID(api.tenant_id),
-        principal_id=uuid.UUID(agent.principal_id),
-        client_id=agent.client_id,
-        scopes=frozenset({"read:memory", "write:memory"}),
-        token_id="test",
-        issuer="test",
-    )
-
-
-async def run_batch(
-    runtime: Runtime,
-    job: Job,
-    principal: Principal,
-    scope: RunScope,
-    cursor: str | None = None,
-    size: int = 100,
-) -> BatchDone:
-    """One batch in its own call: committed with its audit row, or rolled back if it raised."""
-    call = Call(runtime, job.name, "JOB", f"/jobs/{job.name}", caller=principal)
-    # The audit row names an authenticated caller only with a token: the job's own, as the
-    # runner will hold one (until then, made here).
-    call.identify(principal, job_token(runtime, principal))
-    try:
-        try:
-            done = await job.run_batch(Batch(call, principal, runtime, scope, cursor, size))
-        except Problem as problem:
-            await call.finish(problem.status, problem.slug)
-            raise
-        except BaseException:
-            await call.finish(500, "internal-error")
-            raise
-        assert await call.finish(200) is None
-        return done
-    finally:
-        await call.close()
-
-
-async def run_all(
-    runtime: Runtime,
-    job: Job,
-    principal: Principal,
-    scope: RunScope,
-    *,
-    size: int = 100,
-    cursor: str | None = None,
-    max_batches: int = 1000,
-) -> tuple[dict[str, int], int]:
-    """Batches from `cursor` until the job says it is done: (summed counts, batches run)."""
-    counts: Counter[str] = Counter()
-    for n in range(1, max_batches + 1):
-        done = await run_batch(runtime, job, principal, scope, cursor, size)
-        counts.update(done.counts)
-        if done.cursor is None:
-            return dict(counts), n
-        cursor = done.cursor
-    raise AssertionError(f"{job.name} did not finish in {max_batches} batches")
-
-
-class RenamedModel:
-    """Another embedding model for the tests: the default model's vectors with their
-    coordinates reversed (a permutation, so cosines among its own vectors are the default
-    model's, while a cosine between one of its vectors and the default model's means
-    nothing), under another `provider/model` name."""
-
-    def __init__(
-        self, inner: Embedder, *, name: str = "test/reversed", dimensions: int | None = None
-    ) -> None:
-        self._inner = inner
-        self._name = name
-        self._dimensions = inner.dimensions if dimensions is None else dimensions
-        self.calls = 0
-        self.fail_on_call: int | None = None
-        """Raise on this call (1-based): a provider failing mid-run."""
-        self.while_asked: Callable[[], Awaitable[None]] | None = None
-        """Run while the provider is "answering" (to look at the database meanwhile)."""
+@dataclass
+class Setup:
+    api: Api
+    writer: Agent
+    space_id: str
+    job_principal: str
 
     @property
-    def model_id(self) -> str:
-        return self._name
-
-    @property
-    def dimensions(self) -> int:
-        return self._dimensions
-
-    @property
-    def remote(self) -> bool:
-        return True
-
-    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
-        self.calls += 1
-        if self.fail_on_call == self.calls:
-            raise RuntimeError("the provider went away")
-        if self.while_asked is not None:
-            await self.while_asked()
-        return [list(reversed(vector)) for vector in await self._inner.embed(texts)]
+    def tenant(self) -> uuid.UUID:
+        return uuid.UUID(self.api.tenant_id)
 
 
-def rows(result: Any) -> list[Any]:
-    return list(result.all())
+async def new_space(api: Api, name: str) -> str:
+    response = await api.http.post(
+        "/v1/spaces", json={"name": name, "kind": "team"}, headers=api.admin.headers
+    )
+    assert response.status_code == 201, response.text
+    space_id: str = response.json()["space"]["id"]
+    return space_id
+
+
+async def grant(api: Api, space_id: str, action: str, subject: str) -> None:
+    response = await api.http.put(
+        f"/v1/spaces/{space_id}/grants/{action}/{subject}", headers=api.admin.headers
+    )
+    assert response.status_code == 200, response.text
+
+
+async def revoke(api: Api, space_id: str, action: str, subject: str) -> None:
+    response = await api.http.delete(
+        f"/v1/spaces/{space_id}/grants/{action}/{subject}", headers=api.admin.headers
+    )
+    assert response.status_code == 200, response.text
+
+
+async def setup(api: Api, *, job_actions: tuple[str, ...] = ("read", "delete")) -> Setup:
+    space_id = await new_space(api, "team")
+    writer = await api.new_agent("writer")
+    for action in ("read", "write", "delete"):
+        await grant(api, space_id, action, f"user:{writer.principal_id}")
+    job = str(job_principal_id(uuid.UUID(api.tenant_id)))
+    await make_job_principal(api)
+    for action in job_actions:
+        await grant(api, space_id, action, f"service:{job}")
+    return Setup(api, writer, space_id, job)
+
+
+async def make_job_principal(api: Api) -> None:
+    """Queue (and leave) a dry run so the tenant's job principal exists before it is granted."""
+    response = await start(api, "memory.sweep_expired", dry_run=True)
+    assert response.status_code == 202, response.text
+
+
+async def start(api: Api, name: str, **body: Any) -> Any:
+    return await api.http.post(f"/v1/jobs/{name}/runs", json=body, headers=api.admin.headers)
+
+
+async def queue(api: Api, name: str, **body: Any) -> uuid.UUID:
+    response = await start(api, name, **body)
+    assert response.status_code == 202, response.text
+    return uuid.UUID(response.json()["id"])
+
+
+async def run_of(api: Api, run_id: uuid.UUID) -> dict[str, Any]:
+    response = await api.http.get(f"/v1/jobs/runs/{run_id}", headers=api.admin.headers)
+    assert response.status_code == 200, response.text
+    body: dict[str, Any] = response.json()
+    return body
+
+
+def runner(api: Api, jobs: Mapping[str, Job] = JOBS, size: int = 3) -> Runner:
+    return Runner(api.runtime, jobs, batch_size=size)
+
+
+async def expire(api: Api, memory_ids: list[str], days_ago: int) -> None:
+    """Move the memories' expiry into the past (as the owner: no API writes the past)."""
+    async with as_owner(api.runtime) as conn:
+        from sqlalchemy import text
+
+        await conn.execute(
+            text(
+                "UPDATE memories SET expires_at = now() - make_interval(days => :days) "
+                "WHERE id = ANY(CAST(:ids AS uuid[]))"
+            ),
+            {"days": days_ago, "ids": memory_ids},
+        )
+        await conn.commit()
+
+
+async def stored_ids(api: Api) -> set[str]:
+    async with as_owner(api.runtime) as conn:
+        from sqlalchemy import text
+
+        rows = await conn.execute(text("SELECT id::text FROM memories"))
+        return {row[0] for row in rows}
+
+
+async def audit_rows(api: Api, action: str, run_id: uuid.UUID) -> list[dict[str, Any]]:
+    """The audit rows of one run's batches (each names the run among its targets)."""
+    async with as_owner(api.runtime) as conn:
+        from sqlalchemy import text
+
+        rows = await conn.execute(
+            text(
+                "SELECT action, decision, reason, status, result_count, target_ids::text[] AS t "
+                "FROM audit_events WHERE tenant_id = :tenant AND action = :action "
+                "AND CAST(:run AS uuid) = ANY(target_ids) ORDER BY seq"
+            ),
+            {"tenant": api.tenant_id, "action": action, "run": str(run_id)},
+        )
+        return [dict(row) for row in rows.mappings()]
+
+
+__all__ = ["scalar"]

@@ -13,7 +13,7 @@ from sqlalchemy import text
 from service.jobs.declare import RunScope
 from service.memory.jobs import AGE_UNUSED_JOB
 from tests.fixtures.api import Agent, Api
-from tests.integration.jobs.support import job_principal, run_all, run_batch
+from tests.integration.jobs.batch_support import job_principal, run_all, run_batch
 from tests.integration.memory.support import as_owner
 
 

@@ -19,7 +19,7 @@ from service.memory.schemas import SearchRequest
 from service.memory.service import MemoryService
 from service.settings import RecallSettings
 from tests.fixtures.api import Api
-from tests.integration.jobs.support import agent_principal
+from tests.integration.jobs.batch_support import agent_principal
 from tests.integration.memory.support import as_owner
 
 

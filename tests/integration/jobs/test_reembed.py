@@ -23,7 +23,7 @@ from service.memory.schemas import SearchRequest, SearchResult
 from service.memory.service import MemoryService
 from service.runtime import Runtime
 from tests.fixtures.api import Agent, Api
-from tests.integration.jobs.support import (
+from tests.integration.jobs.batch_support import (
     RenamedModel,
     agent_principal,
     job_principal,

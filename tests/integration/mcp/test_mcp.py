@@ -31,6 +31,7 @@ TOOL_ACTIONS = {
     "list_memories": "memory.list",
     "count_memories": "memory.count",
     "forget": "memory.delete",
+    "request_consolidation": "jobs.start",
 }
 
 

@@ -208,6 +208,10 @@ def _issuer_id(side: Side) -> str:
     return str(side.issuer["id"])
 
 
+def _run_id(side: Side) -> str:
+    return str(side.run["id"])
+
+
 def _tenant_id(side: Side) -> str:
     return side.tenant_id
 
@@ -540,6 +544,29 @@ PROBES: tuple[Probe, ...] = (
         "issuer-not-found",
     ),
     _listing("GET /v1/issuers"),
+    # job runs -------------------------------------------------------------------------------
+    _id("GET /v1/jobs/runs/{id}", "/v1/jobs/runs/{value}", "job run", _run_id, "job-run-not-found"),
+    Probe(
+        "POST /v1/jobs/{id}/runs",
+        BODY,
+        "space_id",
+        lambda side, v: Ask(
+            "POST", "/v1/jobs/memory.sweep_expired/runs", json={"space_id": v, "dry_run": True}
+        ),
+        space_id_of,
+        "space-not-found",
+    ),
+    # The path names a job (one list for every tenant): another tenant's run id there is an
+    # unknown job, like any made-up name.
+    Probe(
+        "POST /v1/jobs/{id}/runs",
+        ID,
+        "job name",
+        lambda side, v: Ask("POST", f"/v1/jobs/{v}/runs", json={"dry_run": True}),
+        _run_id,
+        "unknown-job",
+    ),
+    _listing("GET /v1/jobs/runs"),
     # platform routes: a tenant admin is refused before any lookup ----------------------------
     _id(f"GET {TENANT}", "/v1/tenants/{value}", "tenant", _tenant_id, PLATFORM_ONLY),
     _id(f"PATCH {TENANT}", "/v1/tenants/{value}", "tenant", _tenant_id, PLATFORM_ONLY),

@@ -113,6 +113,14 @@ TOOL_PROBES = (
         None,
         twin=made_up_subject,
     ),
+    # An agent never holds run:jobs: refused before the space is looked at, the same for all.
+    ToolProbe(
+        "request_consolidation",
+        "space_id",
+        lambda v: {"subject": "service:probe", "space_id": v},
+        space_id_of,
+        "insufficient-scope",
+    ),
 )
 CASES = [(probe, "ids") for probe in TOOL_PROBES] + [
     (probe, direction)

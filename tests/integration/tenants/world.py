@@ -43,6 +43,8 @@ class Side:
     """A token of `agent` acting for `user` (RFC 8693 token exchange)."""
     issuer: dict[str, Any]
     """The tenant's registered external IdP (never fetched: registration does not)."""
+    run: dict[str, Any]
+    """A queued dry run of `memory.sweep_expired` in this tenant (nobody runs it)."""
 
     @property
     def tenant_id(self) -> str:
@@ -174,6 +176,13 @@ async def seed_side(api: Api, tag: str) -> Side:
             "jwks_url": f"https://idp-{tag}.example/jwks",
         },
     )
+    run = await _ok(
+        api,
+        "POST",
+        "/v1/jobs/memory.sweep_expired/runs",
+        202,
+        json={"dry_run": True, "space_id": space["id"]},
+    )
     return Side(
         api,
         agent,
@@ -188,6 +197,7 @@ async def seed_side(api: Api, tag: str) -> Side:
         first_hash=first["row_hash"],
         delegated=exchanged.json()["access_token"],
         issuer=issuer,
+        run=run,
     )
 
 
