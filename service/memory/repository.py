@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Protocol
 from typing import cast as cast_type
@@ -25,6 +25,7 @@ from sqlalchemy import (
     Select,
     Text,
     and_,
+    bindparam,
     case,
     cast,
     column,
@@ -41,7 +42,16 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.db.models import EMBEDDING_DIMENSIONS, Memory, MemoryRecall, Space
-from service.policy.visible import Liveness, Visible, live_rows_up_to
+from service.policy.visible import (
+    Action,
+    Liveness,
+    Visible,
+    bound_values,
+    live_rows_up_to,
+    shape_of,
+    template_caller,
+    visible,
+)
 
 _UUIDS = ARRAY(UUID)
 _EVERY_UNREVOKED = Liveness.any_version().with_expired().with_retracted()
@@ -65,27 +75,63 @@ class MemoryFilters:
     and benchmarks with a single model)."""
 
     def conditions(self) -> list[Any]:
-        pairs = (
-            (Memory.subject, self.subject),
-            (Memory.kind, self.kind),
-            (Memory.key, self.key),
-            (Memory.space_id, self.space_id),
-        )
-        return [column == value for column, value in pairs if value is not None]
+        """The filters set, each value a named parameter (`values`)."""
+        columns = (Memory.subject, Memory.kind, Memory.key, Memory.space_id)
+        return [
+            column == bindparam(f"filter_{column.key}", value, type_=column.type)
+            for column, value in zip(columns, self._values(), strict=True)
+            if value is not None
+        ]
 
     def vector_conditions(self) -> list[Any]:
         """`conditions()` for a vector leg: rows of the query's model only."""
         if self.embedding_model is None:
             return self.conditions()
-        return [*self.conditions(), Memory.embedding_model == self.embedding_model]
+        return [*self.conditions(), Memory.embedding_model == self._model()]
 
     def cosine_distance(self, query_vector: list[float]) -> ColumnElement[Any]:
         """A row's cosine distance to the query, NULL for a row of another model (a lexical
         hit of such a row shows no cosine rather than one between two models' vectors)."""
-        distance: ColumnElement[Any] = Memory.embedding.cosine_distance(query_vector)
+        distance: ColumnElement[Any] = Memory.embedding.cosine_distance(query_param(query_vector))
         if self.embedding_model is None:
             return distance
-        return case((Memory.embedding_model == self.embedding_model, distance), else_=null())
+        return case((Memory.embedding_model == self._model(), distance), else_=null())
+
+    def _values(self) -> tuple[str | uuid.UUID | None, ...]:
+        return (self.subject, self.kind, self.key, self.space_id)
+
+    def _model(self) -> ColumnElement[str]:
+        return bindparam("filter_embedding_model", self.embedding_model, type_=Text)
+
+    def shape(self) -> tuple[bool, ...]:
+        """Which filters are set: statements built once per shape (`values` binds them)."""
+        return (*(v is not None for v in self._values()), self.embedding_model is not None)
+
+    def values(self) -> dict[str, Any]:
+        names = ("filter_subject", "filter_kind", "filter_key", "filter_space_id")
+        bound: dict[str, Any] = dict(zip(names, self._values(), strict=True))
+        bound["filter_embedding_model"] = self.embedding_model
+        return bound
+
+    def template(self) -> MemoryFilters:
+        """Placeholder values of this shape (a statement built from them is run with `values`)."""
+        placeholder = "placeholder"
+
+        def kept(value: str | None) -> str | None:
+            return None if value is None else placeholder
+
+        return MemoryFilters(
+            subject=kept(self.subject),
+            kind=kept(self.kind),
+            key=kept(self.key),
+            space_id=None if self.space_id is None else uuid.UUID(int=0),
+            embedding_model=kept(self.embedding_model),
+        )
+
+
+def query_param(query_vector: list[float]) -> ColumnElement[Any]:
+    """The query vector as the statement's named parameter `query_vector`."""
+    return bindparam("query_vector", query_vector, type_=Memory.embedding.type)
 
 
 GROUPABLE = {"kind": Memory.kind, "space": Memory.space_id, "subject": Memory.subject}
@@ -474,7 +520,9 @@ class ReadBudget:
         statement's own timer was armed with the budget when it began, so this bounds only
         what follows. Mark `restored` once that statement has returned a row (a select list
         is evaluated only for rows that come back)."""
-        return func.set_config("statement_timeout", self.before, True)
+        return func.set_config(
+            "statement_timeout", bindparam("restore_timeout", self.before, type_=Text), True
+        )
 
 
 @asynccontextmanager
@@ -679,7 +727,7 @@ def _fetch(scope: Visible, ranked: CTE, restore: ColumnElement[str] | None = Non
     extra = () if restore is None else (restore.label("restored"),)
     return (
         scope.select(*ANSWER, (1.0 - ranked.c.distance).label("score"), *extra)
-        .join(ranked, and_(Memory.tenant_id == scope.tenant_id, Memory.id == ranked.c.id))
+        .join(ranked, and_(Memory.tenant_id == scope.tenant, Memory.id == ranked.c.id))
         .order_by(ranked.c.distance, Memory.id)
     )
 
@@ -713,12 +761,32 @@ class Fusion:
     lexical_only: bool = False
     """Only the lexical leg ranks (its hits still carry their cosine)."""
 
+    def template(self) -> Fusion:
+        """Placeholder values of this shape (which floors are set, which legs rank)."""
+        return replace(
+            self,
+            text="",
+            config="simple",
+            depth=1,
+            vector_floor=None if self.vector_floor is None else 1.0,
+            lexical_floor=None if self.lexical_floor is None else 1.0,
+        )
+
 
 def _terms(fusion: Fusion) -> ColumnElement[Any]:
     """The query's distinct lexemes under the tenant's configuration (stop words of a language
     configuration dropped), as `text[]`: a constant the planner folds once per statement."""
-    config = cast(literal(fusion.config), REGCONFIG)
-    return func.tsvector_to_array(func.to_tsvector(config, fusion.text), type_=ARRAY(Text))
+    config = cast(bindparam("text_config", fusion.config, type_=Text), REGCONFIG)
+    text = bindparam("query_text", fusion.text, type_=Text)
+    return func.tsvector_to_array(func.to_tsvector(config, text), type_=ARRAY(Text))
+
+
+def _depth(fusion: Fusion) -> ColumnElement[int]:
+    return bindparam("fusion_depth", fusion.depth, type_=Integer)
+
+
+def _vector_floor(fusion: Fusion) -> ColumnElement[float]:
+    return bindparam("vector_floor", fusion.vector_floor, type_=Float)
 
 
 def _quoted(term: ColumnElement[Any]) -> ColumnElement[str]:
@@ -763,7 +831,7 @@ def _seen(
     )
 
 
-def _nearest_seen(seen: CTE, depth: int) -> FromClause:
+def _nearest_seen(seen: CTE, depth: ColumnElement[int]) -> FromClause:
     """The vector leg of an exact hybrid search: the `depth` nearest of the seen rows of the
     query's model (a row of another model has no distance; only its words can find it)."""
     return (
@@ -846,7 +914,7 @@ def _lexical_leg(
     heaviest = (
         select(weights.c.id, weights.c.weight)
         .order_by(weights.c.weight.desc(), weights.c.id)
-        .limit(fusion.depth)
+        .limit(_depth(fusion))
         .subquery("heaviest")
     )
     order = (heaviest.c.weight.desc(), heaviest.c.id)
@@ -938,9 +1006,9 @@ def _fused(
     )
     admitted: ColumnElement[bool] = literal(True)
     if fusion.lexical_floor is not None:
-        by_words = cand.c.weight >= fusion.lexical_floor
+        by_words = cand.c.weight >= bindparam("lexical_floor", fusion.lexical_floor, type_=Float)
         if fusion.vector_floor is not None and not fusion.lexical_only:
-            admitted = or_(cand.c.distance <= 1.0 - fusion.vector_floor, by_words)
+            admitted = or_(cand.c.distance <= 1.0 - _vector_floor(fusion), by_words)
         else:
             admitted = by_words
     scored = select(
@@ -954,7 +1022,7 @@ def _fused(
         select(scored.c.id, scored.c.distance, scored.c.weight, scored.c.fused)
         .where(scored.c.admitted)
         .order_by(scored.c.fused.desc(), scored.c.distance, scored.c.id)
-        .limit(k)
+        .limit(bindparam("k", k, type_=Integer))
         .cte("fused")
         .prefix_with("MATERIALIZED")
     )
@@ -962,7 +1030,7 @@ def _fused(
     if vector is not None:
         cleared = select(func.count()).select_from(vector)
         if fusion.vector_floor is not None:
-            cleared = cleared.where(vector.c.distance <= 1.0 - fusion.vector_floor)
+            cleared = cleared.where(vector.c.distance <= 1.0 - _vector_floor(fusion))
         extra.append(cleared.scalar_subquery().label("vector_cleared"))
     return (
         scope.select(
@@ -972,7 +1040,7 @@ def _fused(
             ranked.c.fused.label("fused_score"),
             *extra,
         )
-        .join(ranked, and_(Memory.tenant_id == scope.tenant_id, Memory.id == ranked.c.id))
+        .join(ranked, and_(Memory.tenant_id == scope.tenant, Memory.id == ranked.c.id))
         .order_by(ranked.c.fused.desc(), ranked.c.distance, Memory.id)
     )
 
@@ -987,6 +1055,107 @@ def _fused_hits(rows: Sequence[Row[Any]]) -> list[FusedHit]:
         )
         for row in rows
     ]
+
+
+_FUSED_SHAPES: dict[tuple[Any, ...], Select[Any]] = {}
+"""`_fused_within`'s statements, one per shape, built once from placeholder values."""
+
+
+def _fused_within(
+    scope: Visible,
+    query_vector: list[float],
+    filters: MemoryFilters,
+    fusion: Fusion,
+    *,
+    k: int,
+    size_limit: int | None,
+    budget: ReadBudget | None,
+) -> tuple[Select[Any], dict[str, Any]]:
+    """The exact hybrid (or lexical) statement and its parameters. Building it costs more CPU
+    than PostgreSQL spends running it, so each shape (what kind of caller, which filters and
+    floors are set, whether gated or budgeted) is built once from placeholders, and every
+    value a request brings (the caller's ids, the query, k, the floors, the limits) is one of
+    its named parameters. A value left out of the parameters would run with its placeholder
+    and match nothing, never another caller's value. Time travel is built per request."""
+    if scope.caller is None or scope.moment is not None or scope.action is not Action.READ:
+        statement = _build_fused_within(
+            scope, query_vector, filters, fusion, k=k, size_limit=size_limit, budget=budget
+        )
+        return statement, {}
+    shape = (
+        shape_of(scope.caller),
+        filters.shape(),
+        fusion.lexical_only,
+        fusion.vector_floor is None,
+        fusion.lexical_floor is None,
+        size_limit is None,
+        budget is None,
+        len(query_vector),
+    )
+    cached = _FUSED_SHAPES.get(shape)
+    if cached is None:
+        cached = _FUSED_SHAPES[shape] = _build_fused_within(
+            visible(template_caller(scope.caller), Action.READ),
+            [0.0] * len(query_vector),
+            filters.template(),
+            fusion.template(),
+            k=1,
+            size_limit=None if size_limit is None else 0,
+            budget=None if budget is None else ReadBudget("0"),
+        )
+    params: dict[str, Any] = {
+        **bound_values(scope.caller),
+        **filters.values(),
+        "query_vector": query_vector,
+        "query_text": fusion.text,
+        "text_config": fusion.config,
+        "fusion_depth": fusion.depth,
+        "vector_floor": fusion.vector_floor,
+        "lexical_floor": fusion.lexical_floor,
+        "k": k,
+    }
+    if size_limit is not None:
+        params |= {"size_probe": size_limit + 1, "size_limit": size_limit}
+    if budget is not None:
+        params["restore_timeout"] = budget.before
+    return cached, params
+
+
+def _build_fused_within(
+    scope: Visible,
+    query_vector: list[float],
+    filters: MemoryFilters,
+    fusion: Fusion,
+    *,
+    k: int,
+    size_limit: int | None,
+    budget: ReadBudget | None,
+) -> Select[Any]:
+    gate: list[ColumnElement[bool]] = []
+    if size_limit is not None:
+        probe = bindparam("size_probe", size_limit + 1, type_=Integer)
+        bound = live_rows_up_to(scope, probe, *filters.conditions())
+        gate.append(bound <= bindparam("size_limit", size_limit, type_=Integer))
+    restore = None if budget is None else budget.restoring()
+    if fusion.lexical_only:
+        # The pool is found through the lexical index: no scan of every visible row.
+        return _fused(
+            scope, query_vector, filters, fusion, k=k, nearest=None, gate=gate, restore=restore
+        )
+    query_terms = _query_terms(fusion)
+    seen = _seen(scope, query_vector, filters, query_terms[1], gate)
+    return _fused(
+        scope,
+        query_vector,
+        filters,
+        fusion,
+        k=k,
+        nearest=_nearest_seen(seen, _depth(fusion)),
+        gate=gate,
+        restore=restore,
+        seen=seen,
+        query_terms=query_terms,
+    )
 
 
 async def search_fused_within(
@@ -1005,32 +1174,10 @@ async def search_fused_within(
     statement if the caller's spaces hold at most `size_limit` live rows (None: whatever the
     size, for a lexical-only search or the fallback of a walk); else how many rows the caller
     sees, up to `count_limit` + 1, and nothing ranked."""
-    gate: list[ColumnElement[bool]] = []
-    if size_limit is not None:
-        bound = live_rows_up_to(scope, size_limit + 1, *filters.conditions())
-        gate.append(bound <= size_limit)
-    restore = None if budget is None else budget.restoring()
-    if fusion.lexical_only:
-        # The pool is found through the lexical index: no scan of every visible row.
-        statement = _fused(
-            scope, query_vector, filters, fusion, k=k, nearest=None, gate=gate, restore=restore
-        )
-    else:
-        query_terms = _query_terms(fusion)
-        seen = _seen(scope, query_vector, filters, query_terms[1], gate)
-        statement = _fused(
-            scope,
-            query_vector,
-            filters,
-            fusion,
-            k=k,
-            nearest=_nearest_seen(seen, fusion.depth),
-            gate=gate,
-            restore=restore,
-            seen=seen,
-            query_terms=query_terms,
-        )
-    hits = _fused_hits((await session.execute(statement)).all())
+    statement, params = _fused_within(
+        scope, query_vector, filters, fusion, k=k, size_limit=size_limit, budget=budget
+    )
+    hits = _fused_hits((await session.execute(statement, params)).all())
     if hits or size_limit is None:
         if hits and budget is not None:
             budget.restored = True
@@ -1175,7 +1322,7 @@ async def history(
     extra = () if restore is None else (restore.label("restored"),)
     statement = (
         scope.select(*ANSWER, *extra, liveness=_HISTORY)
-        .join(older, and_(Memory.tenant_id == scope.tenant_id, Memory.id == older.c.id))
+        .join(older, and_(Memory.tenant_id == scope.tenant, Memory.id == older.c.id))
         .order_by(older.c.depth)
     )
     if skip_start:

@@ -35,6 +35,7 @@ from sqlalchemy import (
     Update,
     and_,
     any_,
+    bindparam,
     cast,
     delete,
     func,
@@ -48,7 +49,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
 from sqlalchemy.orm.util import AliasedClass
 
-from service.auth.principal import Principal
+from service.auth.principal import GrantSnapshot, Principal
 from service.db.models import Memory, Space, SpaceGrant
 from service.observability.telemetry import span
 from service.policy.space_settings import DEFAULT as DEFAULT_SPACE_SETTINGS
@@ -225,6 +226,15 @@ class Visible:
     caller can also read it, `read_requires` included (None: `allowed` is the read set)."""
     moment: Moment | None = None
     """A time-travelling read (`at`): every liveness this predicate builds is seen then."""
+    caller: Principal | None = None
+    """Whose grants `allowed` reads (None: a fixed set of spaces): its ids are the named
+    parameters of every statement built from this predicate (`bound_values`)."""
+
+    @property
+    def tenant(self) -> ColumnElement[uuid.UUID]:
+        """The tenant as the statement's named parameter (`bound_values`), so a statement built
+        once for a shape is run for any caller with that caller's values."""
+        return bindparam(f"visible_tenant_{self.action.value}", self.tenant_id, type_=UUID)
 
     def at(self, moment: Moment | None) -> Visible:
         """This predicate seen at `moment`: every statement built from it (search, list,
@@ -247,7 +257,7 @@ class Visible:
             liveness = liveness.at(self.moment)
         readable = self.allowed if self.readable is None else self.readable
         conditions: list[ColumnElement[bool]] = [
-            rows.tenant_id == self.tenant_id,
+            rows.tenant_id == self.tenant,
             rows.space_id == any_(self.allowed),
             rows.read_requires.contained_by(readable),
         ]
@@ -276,7 +286,7 @@ class Visible:
 
 
 def live_rows_up_to(
-    scope: Visible, limit: int, *conditions: ColumnElement[bool]
+    scope: Visible, limit: int | ColumnElement[int], *conditions: ColumnElement[bool]
 ) -> ScalarSelect[int]:
     """How many live rows (neither superseded nor revoked) lie in the spaces `scope` allows and
     match `conditions`, counted no further than `limit`: an upper bound of the rows the caller
@@ -288,7 +298,7 @@ def live_rows_up_to(
         sa_select(literal(1))
         .prefix_with(VISIBLE_MARK)
         .where(
-            Memory.tenant_id == scope.tenant_id,
+            Memory.tenant_id == scope.tenant,
             Memory.space_id == any_(scope.allowed),
             Memory.superseded_at.is_(None),
             Memory.revoked_at.is_(None),
@@ -304,7 +314,7 @@ def visible(principal: Principal, action: Action) -> Visible:
     with span("policy.visible", {"memgate.policy.action": action.value}):
         allowed = _granted_array(principal, action)
         readable = None if action is Action.READ else _granted_array(principal, Action.READ)
-        return Visible(principal.tenant_id, action, allowed, readable)
+        return Visible(principal.tenant_id, action, allowed, readable, caller=principal)
 
 
 def _granted_array(principal: Principal, action: Action) -> ColumnElement[Any]:
@@ -333,10 +343,14 @@ async def granted_space_ids(
 def _granted_spaces(principal: Principal, action: Action) -> Select[uuid.UUID]:
     """The compiled grants (service/policy/compile.py), read in the statement's snapshot. A
     delegated call gets the spaces both the user and the acting agent hold `action` on; a job
-    run those its principal holds now and held at enqueue (`Principal.within`)."""
+    run those its principal holds now and held at enqueue (`Principal.within`).
+
+    The caller's ids are the named parameters `bound_values` lists, so a statement built once
+    per shape (`bound_values` of a template caller) runs for any caller of that shape."""
+    ids = _bound_ids(principal, action)
     granted = sa_select(SpaceGrant.space_id.label("id")).where(
-        SpaceGrant.tenant_id == principal.tenant_id,
-        SpaceGrant.principal_id == principal.principal_id,
+        SpaceGrant.tenant_id == ids["tenant"],
+        SpaceGrant.principal_id == ids["principal"],
         SpaceGrant.action == action.value,
     )
     if principal.within is not None:
@@ -344,22 +358,73 @@ def _granted_spaces(principal: Principal, action: Action) -> Select[uuid.UUID]:
         # against the read set built here, so a row needing a space outside the snapshot is
         # not visible either.
         held = list(principal.within.spaces(action.value))
-        granted = granted.where(
-            SpaceGrant.space_id == any_(cast(literal(held, _UUID_ARRAY), _UUID_ARRAY))
-        )
+        snapshot = bindparam(f"visible_within_{action.value}", held, type_=_UUID_ARRAY)
+        granted = granted.where(SpaceGrant.space_id == any_(cast(snapshot, _UUID_ARRAY)))
     if principal.actor_id is None:
         return granted
     actor = aliased(SpaceGrant)
     return granted.where(
         sa_select(actor.space_id)
         .where(
-            actor.tenant_id == principal.tenant_id,
-            actor.principal_id == principal.actor_id,
+            actor.tenant_id == ids["tenant"],
+            actor.principal_id == ids["actor"],
             actor.action == action.value,
             actor.space_id == SpaceGrant.space_id,
         )
         .exists()
     )
+
+
+def _bound_ids(principal: Principal, action: Action) -> dict[str, ColumnElement[uuid.UUID]]:
+    """The caller's ids as named parameters, one set per action: a statement holding two
+    actions' predicates (a write's write and read sets) names each set apart."""
+    ids = {"tenant": principal.tenant_id, "principal": principal.principal_id}
+    if principal.actor_id is not None:
+        ids["actor"] = principal.actor_id
+    return {
+        name: bindparam(f"visible_{name}_{action.value}", value, type_=UUID)
+        for name, value in ids.items()
+    }
+
+
+VisibleShape = tuple[bool, bool]
+"""What a statement built from `visible(principal, …)` depends on besides the values
+`bound_values` names: whether the caller is delegated, and whether it is a job run's snapshot."""
+
+
+def shape_of(principal: Principal) -> VisibleShape:
+    return (principal.actor_id is not None, principal.within is not None)
+
+
+def template_caller(principal: Principal) -> Principal:
+    """A caller of `principal`'s shape with placeholder ids that match no row: a statement is
+    built once from it and run with a real caller's `bound_values`."""
+    nobody = uuid.UUID(int=0)
+    return Principal(
+        tenant_id=nobody,
+        principal_id=nobody,
+        client_id="",
+        scopes=frozenset(),
+        token_id="",
+        issuer="",
+        actor_id=None if principal.actor_id is None else nobody,
+        within=None if principal.within is None else GrantSnapshot.of({}),
+    )
+
+
+def bound_values(principal: Principal) -> dict[str, Any]:
+    """The caller's values of the named parameters a `Visible` statement carries: a statement
+    built once for `shape_of(principal)` runs for this caller with these parameters. Two
+    callers' predicates never share a statement (their grant CTEs would carry one name)."""
+    values: dict[str, Any] = {}
+    for action in Action:
+        values[f"visible_tenant_{action.value}"] = principal.tenant_id
+        values[f"visible_principal_{action.value}"] = principal.principal_id
+        if principal.actor_id is not None:
+            values[f"visible_actor_{action.value}"] = principal.actor_id
+        if principal.within is not None:
+            values[f"visible_within_{action.value}"] = list(principal.within.spaces(action.value))
+    return values
 
 
 @dataclass(frozen=True)
