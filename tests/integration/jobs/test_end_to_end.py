@@ -9,16 +9,19 @@ batch, its grant snapshot (enqueue ∩ now), its refusal and its audit rows."""
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from dataclasses import replace
 from typing import Any
 
+import httpx
 from sqlalchemy import text
 
 from service.embeddings import model_tag
 from service.jobs.registry import JOBS
 from service.jobs.runner import Runner
 from tests.fixtures.api import Agent, Api
+from tests.integration.cli.test_embedded_lifecycle import Server, server
 from tests.integration.jobs.batch_support import RenamedModel
 from tests.integration.jobs.consolidation_support import grant, live, summaries, team_space
 from tests.integration.jobs.e2e_support import (
@@ -39,6 +42,8 @@ from tests.integration.jobs.world import (
     TEAM_FACT,
 )
 from tests.integration.memory.support import as_owner, count_memories
+
+__all__ = ["server"]  # the fixture of a real `memgate serve`, used by name
 
 CONSOLIDATE = "memory.consolidate"
 QUERIES = (*PRIVATE.values(), TEAM_FACT, PLATFORM_FACT, BRIDGE_FACT, "search summary")
@@ -292,3 +297,74 @@ async def test_reembed_through_the_runner(api: Api) -> None:
     audited = await _audited(api, "embeddings.reembed", run_id)
     assert [(s, d, c) for s, d, _, c in audited] == [(200, "allow", 2), (200, "allow", 1)]
     await _chain_verifies(api)
+
+
+def _served(server: Server, method: str, path: str, token: str, **body: Any) -> httpx.Response:
+    return httpx.request(
+        method,
+        f"{server.url}{path}",
+        headers={"Authorization": f"Bearer {token}"},
+        json=body or None,
+        timeout=10,
+    )
+
+
+def _stored_through_api(server: Server, token: str) -> list[dict[str, Any]]:
+    listed = _served(server, "GET", "/v1/memories?limit=100", token)
+    assert listed.status_code == 200, listed.text
+    items: list[dict[str, Any]] = listed.json()["items"]
+    return items
+
+
+def test_a_cli_dry_run_against_a_running_server_counts_and_writes_nothing(
+    server: Server,
+) -> None:
+    server.start()
+    token = server.run("token").stdout.strip()
+    tenant = json.loads((server.data_dir / "admin-client.json").read_text())["tenant_id"]
+    me = _served(server, "GET", "/v1/principals", token).json()["items"][0]["id"]
+    space = _served(server, "POST", "/v1/spaces", token, name="search", kind="team")
+    space_id = space.json()["space"]["id"]
+    # Another job's dry run makes the job principal (to grant it) without queueing the one
+    # the CLI will run.
+    made = _served(server, "POST", "/v1/jobs/memory.sweep_expired/runs", token, dry_run=True)
+    assert made.status_code == 202, made.text
+    job = made.json()["principal_id"]
+    for subject in (f"user:{me}", f"service:{job}"):
+        for action in ("read", "write"):
+            path = f"/v1/spaces/{space_id}/grants/{action}/{subject}"
+            assert _served(server, "PUT", path, token).status_code == 200
+    for key, value in (("window", "Deploys run on Tuesdays"), ("owner", "Search owns the index")):
+        written = _served(
+            server,
+            "POST",
+            "/v1/memories",
+            token,
+            subject=SUBJECT,
+            kind="fact",
+            key=key,
+            value=value,
+            space_id=space_id,
+            new_key=True,
+        )
+        assert written.status_code == 201, written.text
+    before = _stored_through_api(server, token)
+
+    dry = server.run("jobs", "run", CONSOLIDATE, "--tenant", tenant, "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    [run] = json.loads(dry.stdout)["runs"]
+    print(f"\nmemgate jobs run {CONSOLIDATE} --dry-run: {run['status']} {run['counts']}")
+    assert (run["status"], run["dry_run"], run["principal_id"]) == ("finished", True, job)
+    assert (run["counts"]["subjects_seen"], run["counts"]["summaries_written"]) == (1, 1)
+    assert _stored_through_api(server, token) == before  # nothing written, nothing touched
+    shown = _served(server, "GET", f"/v1/jobs/runs/{run['id']}", token).json()
+    assert (shown["status"], shown["counts"]) == ("finished", run["counts"])
+
+    # The same command without --dry-run writes the summary it counted.
+    real = server.run("jobs", "run", CONSOLIDATE, "--tenant", tenant)
+    assert real.returncode == 0, real.stderr
+    [done] = json.loads(real.stdout)["runs"]
+    assert done["counts"] == run["counts"]
+    after = _stored_through_api(server, token)
+    assert [m["kind"] for m in after if m not in before] == ["summary"]
+    server.assert_serving()
