@@ -545,8 +545,11 @@ def cmd_jobs_run(
     import uuid
 
     from service.jobs.cli import JobRefused, run
+    from service.observability.logging import configure_logging
     from service.problems import Problem
 
+    # The runner logs each batch: on stderr with the progress, so stdout stays the JSON answer.
+    configure_logging(json_logs=settings.server.json_logs, stream=sys.stderr)
     try:
         tenant_id = uuid.UUID(tenant) if tenant else None
         space_id = uuid.UUID(space) if space else None

@@ -11,7 +11,7 @@ import logging
 import time
 import uuid
 from collections.abc import MutableMapping
-from typing import Any, cast
+from typing import Any, TextIO, cast
 
 import structlog
 from litestar.enums import ScopeType
@@ -31,11 +31,16 @@ def add_trace_ids(_logger: WrappedLogger, _method: str, event_dict: EventDict) -
     return event_dict
 
 
-def configure_logging(*, json_logs: bool, level: int = logging.INFO) -> None:
+def configure_logging(
+    *, json_logs: bool, level: int = logging.INFO, stream: TextIO | None = None
+) -> None:
+    """`stream`: where log lines go (None: stdout, as `serve` logs). A command whose stdout is
+    its answer (`memgate jobs run` prints the runs as JSON) logs to stderr instead."""
     renderer: Any = (
         structlog.processors.JSONRenderer() if json_logs else structlog.dev.ConsoleRenderer()
     )
     structlog.configure(
+        logger_factory=structlog.PrintLoggerFactory(stream),
         processors=[
             structlog.contextvars.merge_contextvars,
             add_trace_ids,
