@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import StrEnum
+from functools import cached_property
 from typing import Any
 
 from sqlalchemy import (
@@ -219,16 +220,31 @@ def _columns(rows: MemoryRows) -> Any:
 class Visible:
     tenant_id: uuid.UUID
     action: Action
-    allowed: ColumnElement[Any]
-    """A `uuid[]` SQL expression: the spaces the caller holds `action` on."""
-    readable: ColumnElement[Any] | None = None
-    """For writes and deletes: the spaces the caller reads. A row is touched only where the
-    caller can also read it, `read_requires` included (None: `allowed` is the read set)."""
+    fixed: ColumnElement[Any] | None = None
+    """A fixed `uuid[]` of spaces (`of_spaces`) instead of the caller's grants."""
     moment: Moment | None = None
     """A time-travelling read (`at`): every liveness this predicate builds is seen then."""
     caller: Principal | None = None
-    """Whose grants `allowed` reads (None: a fixed set of spaces): its ids are the named
+    """Whose grants `allowed` reads (None: the `fixed` spaces): its ids are the named
     parameters of every statement built from this predicate (`bound_values`)."""
+
+    @cached_property
+    def allowed(self) -> ColumnElement[Any]:
+        """A `uuid[]` SQL expression: the spaces the caller holds `action` on. Built when a
+        statement first needs it: a statement built once per shape never does."""
+        if self.caller is None:
+            if self.fixed is None:
+                raise TypeError("a Visible names a caller or a fixed set of spaces")
+            return self.fixed
+        return _granted_array(self.caller, self.action)
+
+    @cached_property
+    def readable(self) -> ColumnElement[Any] | None:
+        """For writes and deletes: the spaces the caller reads. A row is touched only where the
+        caller can also read it, `read_requires` included (None: `allowed` is the read set)."""
+        if self.caller is None or self.action is Action.READ:
+            return None
+        return _granted_array(self.caller, Action.READ)
 
     @property
     def tenant(self) -> ColumnElement[uuid.UUID]:
@@ -246,7 +262,9 @@ class Visible:
         cls, tenant_id: uuid.UUID, action: Action, space_ids: Sequence[uuid.UUID]
     ) -> Visible:
         """A fixed set of spaces (benchmarks, and jobs that snapshot their grants)."""
-        return cls(tenant_id, action, cast(literal(list(space_ids), _UUID_ARRAY), _UUID_ARRAY))
+        return cls(
+            tenant_id, action, fixed=cast(literal(list(space_ids), _UUID_ARRAY), _UUID_ARRAY)
+        )
 
     def clause(self, liveness: Liveness = LIVE, *, on: MemoryRows = Memory) -> ColumnElement[bool]:
         """The predicate over `on`'s columns. Only for statements `select` builds (it marks
@@ -311,10 +329,9 @@ def live_rows_up_to(
 
 
 def visible(principal: Principal, action: Action) -> Visible:
+    """The predicate of `principal`'s `action`; its SQL is built when a statement needs it."""
     with span("policy.visible", {"memgate.policy.action": action.value}):
-        allowed = _granted_array(principal, action)
-        readable = None if action is Action.READ else _granted_array(principal, Action.READ)
-        return Visible(principal.tenant_id, action, allowed, readable, caller=principal)
+        return Visible(principal.tenant_id, action, caller=principal)
 
 
 def _granted_array(principal: Principal, action: Action) -> ColumnElement[Any]:
