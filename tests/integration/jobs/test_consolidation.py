@@ -96,9 +96,11 @@ async def test_a_deleted_input_is_left_out_of_the_next_summary(api: Api) -> None
     assert after["version"] == before["version"] + 1
     [old] = [r for r in await summaries(api.runtime) if r["id"] == before["id"]]
     assert old["superseded_by"] == after["id"]
-    # The summary a reader sees is the new one.
+    # The old version held the deleted text: it is a content-free stub now, which no read
+    # serves (it answered as 'superseded', with the text, before the rt13 fix).
+    assert (old["value"], old["retracted_at"] is not None) == ("", True)
     got = await api.http.get(f"/v1/memories/{before['id']}", headers=alice.headers)
-    assert got.json()["status"] == "superseded"
+    assert got.status_code == 404
 
 
 async def test_a_superseded_input_is_replaced_by_its_new_version(api: Api) -> None:
@@ -155,12 +157,20 @@ async def test_a_summary_with_no_input_left_is_retracted(api: Api) -> None:
 
 
 async def test_without_delete_a_summary_left_without_inputs_is_kept_and_said_so(api: Api) -> None:
-    alice, team, job = await _team(api, "read", "write")
+    # A job without delete writes no summary at all (it could never take one down: rt13);
+    # one written while it held delete, which it has lost since, is kept and said so.
+    alice, team, job = await _team(api, "read", "write", "delete")
     only = await _fact(api, alice, team, "window", "Deploys run on Tuesdays")
     await run_job(api.runtime, CONSOLIDATION, job)
+    revoked = await api.http.delete(
+        f"/v1/spaces/{team}/grants/delete/{service_subject(job)}", headers=api.admin.headers
+    )
+    assert revoked.status_code == 200, revoked.text
     await _delete(api, alice, only)
     run = await run_job(api.runtime, CONSOLIDATION, job)
     assert (run.counts["retracted"], run.counts["retract_refused"]) == (0, 1)
+    assert run.counts["summaries_written"] == 0
+    assert len(live(await summaries(api.runtime))) == 1
 
 
 async def test_a_dry_run_counts_and_writes_nothing(api: Api) -> None:
