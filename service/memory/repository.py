@@ -1120,20 +1120,43 @@ async def retract(
     retracted = await session.scalars(
         scope.update(liveness=liveness.with_expired() if expired_too else liveness)
         .where(Memory.id == memory_id)
-        .values(
-            {
-                Memory.retracted_at: at,
-                Memory.superseded_at: func.coalesce(Memory.superseded_at, at),
-                Memory.value: "",
-                Memory.content_hash: b"",
-                Memory.embedding: None,
-                Memory.metadata_: {},
-                Memory.source: None,
-            }
-        )
+        .values(_stub(at))
         .returning(Memory.id)
     )
     return retracted.one_or_none() is not None
+
+
+def _stub(at: datetime) -> dict[Any, Any]:
+    """What a retraction sets (the exact change the `memories_retract_only` trigger admits)."""
+    return {
+        Memory.retracted_at: at,
+        Memory.superseded_at: func.coalesce(Memory.superseded_at, at),
+        Memory.value: "",
+        Memory.content_hash: b"",
+        Memory.embedding: None,
+        Memory.metadata_: {},
+        Memory.source: None,
+    }
+
+
+async def retract_derived_summaries(
+    session: AsyncSession, scope: Visible, source_id: uuid.UUID, at: datetime
+) -> list[uuid.UUID]:
+    """Retract, with the deletion of `source_id`, every version (live, superseded, expired) of
+    a consolidation summary built from it that `scope` (the deleter's delete predicate) may
+    retract: each holds its text. Summaries the deleter may not retract (another audience)
+    are left to the job's next run, which retracts them (docs/jobs.md)."""
+    retracted = await session.scalars(
+        scope.update(liveness=Liveness.any_version().with_expired())
+        .where(
+            Memory.kind == SUMMARY_KIND,
+            Memory.key.in_(RESERVED_KEYS),
+            Memory.derived_from.contains(cast(literal([source_id], ARRAY(UUID)), ARRAY(UUID))),
+        )
+        .values(_stub(at))
+        .returning(Memory.id)
+    )
+    return list(retracted.all())
 
 
 def _walk(

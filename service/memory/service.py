@@ -580,6 +580,10 @@ class MemoryService:
         now = await repository.lock_key(self._session, ref)
         if not await repository.retract(self._session, scope, memory_id, now):
             raise MemoryNotFound(not_found_detail(memory_id))
+        # The job's summaries built from this version hold its text: those this deleter may
+        # retract go with it, in this transaction; the job's next run takes the rest.
+        derived = await repository.retract_derived_summaries(self._session, scope, memory_id, now)
+        self._facts.add_targets(derived)
 
     async def history(
         self,

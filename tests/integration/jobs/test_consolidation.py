@@ -143,9 +143,10 @@ async def test_a_summary_with_no_input_left_is_retracted(api: Api) -> None:
     summary = await _the_summary(api)
     await _delete(api, alice, only)
 
-    run = await run_job(api.runtime, CONSOLIDATION, job)
-    assert (run.counts["retracted"], run.counts["summaries_written"]) == (1, 0)
+    # The deletion retracts the summary built from it (rt13: it waited for the next run).
     assert live(await summaries(api.runtime)) == []
+    run = await run_job(api.runtime, CONSOLIDATION, job)
+    assert (run.counts["retracted"], run.counts["summaries_written"]) == (0, 0)
     [stub] = await summaries(api.runtime)
     assert stub["id"] == summary["id"]
     assert stub["value"] == ""  # a content-free stub
@@ -156,9 +157,12 @@ async def test_a_summary_with_no_input_left_is_retracted(api: Api) -> None:
     assert quiet.counts["subjects_seen"] == 0
 
 
-async def test_without_delete_a_summary_left_without_inputs_is_kept_and_said_so(api: Api) -> None:
-    # A job without delete writes no summary at all (it could never take one down: rt13);
-    # one written while it held delete, which it has lost since, is kept and said so.
+async def test_without_delete_the_job_writes_no_summary_and_a_deletion_takes_it_down(
+    api: Api,
+) -> None:
+    # Before rt13 a summary left without inputs by a job without delete stayed live, with the
+    # deleted text, counted `retract_refused`. Now the job writes summaries only where it can
+    # also retract them, and the deletion itself retracts what its deleter may.
     alice, team, job = await _team(api, "read", "write", "delete")
     only = await _fact(api, alice, team, "window", "Deploys run on Tuesdays")
     await run_job(api.runtime, CONSOLIDATION, job)
@@ -167,10 +171,13 @@ async def test_without_delete_a_summary_left_without_inputs_is_kept_and_said_so(
     )
     assert revoked.status_code == 200, revoked.text
     await _delete(api, alice, only)
+    assert live(await summaries(api.runtime)) == []
     run = await run_job(api.runtime, CONSOLIDATION, job)
-    assert (run.counts["retracted"], run.counts["retract_refused"]) == (0, 1)
-    assert run.counts["summaries_written"] == 0
-    assert len(live(await summaries(api.runtime))) == 1
+    assert (run.counts["subjects_seen"], run.counts["summaries_written"]) == (0, 0)
+    await _fact(api, alice, team, "window", "Deploys run on Fridays")
+    again = await run_job(api.runtime, CONSOLIDATION, job)
+    assert again.counts["summaries_written"] == 0
+    assert live(await summaries(api.runtime)) == []
 
 
 async def test_a_dry_run_counts_and_writes_nothing(api: Api) -> None:
@@ -276,10 +283,12 @@ async def test_a_cross_space_summary_goes_when_only_one_space_has_inputs(api: Ap
     assert across["read_requires"] == [uuid.UUID(platform)]
 
     await _delete(api, alice, theirs)
+    # The platform space's own summary and the cross-space one were both built from it:
+    # alice may retract both, so her deletion does (rt13: they waited for the next run).
+    left = live(await summaries(api.runtime))
+    assert [(r["key"], r["space_id"]) for r in left] == [("consolidation", uuid.UUID(search))]
     run = await run_job(api.runtime, CONSOLIDATION, job)
-    # The platform space's own summary and the cross-space one both lost their last input
-    # from the platform space: both are retracted.
-    assert run.counts["retracted"] == 2
+    assert (run.counts["retracted"], run.counts["summaries_written"]) == (0, 0)
     left = live(await summaries(api.runtime))
     assert [(r["key"], r["space_id"]) for r in left] == [("consolidation", uuid.UUID(search))]
 

@@ -89,12 +89,19 @@ async def test_a_deleted_input_leaves_no_summary_version_holding_its_text(api: A
 
     deleted = await api.http.delete(f"/v1/memories/{secret['id']}", headers=alice.headers)
     assert deleted.status_code == 204
+    # The deletion takes both versions built from it down at once, as content-free stubs.
+    assert await _holding(api, SECRET) == []
+    assert live(await summaries(api.runtime)) == []
+    stubs = [r for r in await summaries(api.runtime) if r["retracted_at"] is not None]
+    assert {r["id"] for r in stubs} == {first["id"], second["id"]}
+    answers = await _reads(
+        api, alice, [str(first["id"]), str(second["id"])], before, f"pager password {SECRET}"
+    )
+    assert not [a[:200] for a in answers if SECRET in a]
     run = await run_job(api.runtime, CONSOLIDATION, job)
 
-    # Both versions built from it are content-free stubs; the live one is written anew.
-    assert run.counts["retracted"] == 2
+    # The next run writes the summary of what is left, continuing the chain.
     assert run.counts["summaries_written"] == 1
-    assert await _holding(api, SECRET) == []
     [third] = live(await summaries(api.runtime))
     assert third["version"] == 3
     assert "Tuesdays" in third["value"]
@@ -123,6 +130,43 @@ async def test_a_job_without_delete_writes_no_summary_it_could_not_take_down(api
     await api.http.delete(f"/v1/memories/{only['id']}", headers=alice.headers)
     found = await api.search(alice, "pager password", k=3)
     assert SECRET not in found.text
+
+
+async def test_a_summary_its_deleter_cannot_retract_goes_with_the_next_run(api: Api) -> None:
+    alice = await api.new_agent("alice")
+    bob = await api.new_agent("bob")
+    home = await team_space(api, "A", alice)
+    partner = await team_space(api, "B", alice, bob)
+    job = await job_principal(api)
+    for space in (home, partner):
+        await grant(api, space, service_subject(job), "read", "write", "delete")
+    await _fact(api, alice, home, "a", "Alpha deploys Tuesday")
+    secret = await _fact(api, bob, partner, "b", "Bravo SECRETB budget")
+    policy = {"consolidation": {"with_spaces": [partner]}}
+    put = await api.http.put(f"/v1/spaces/{home}/settings", json=policy, headers=api.admin.headers)
+    assert put.status_code == 200
+    await run_job(api.runtime, CONSOLIDATION, job)
+    # A second version of the cross-space chain, the first one superseded: both hold SECRETB.
+    await _fact(api, alice, home, "c", "Charlie owns the index")
+    await run_job(api.runtime, CONSOLIDATION, job)
+    [across] = [s for s in live(await summaries(api.runtime)) if s["key"] == "consolidation.across"]
+    assert across["version"] == 2
+
+    # Bob deletes in B; the cross-space summary lives in A, where he may not delete.
+    await _delete_as(api, bob, secret["id"])
+    run = await run_job(api.runtime, CONSOLIDATION, job)
+
+    assert run.counts["retracted"] >= 2
+    assert await _holding(api, "SECRETB") == []
+    [stub] = [s for s in await summaries(api.runtime) if s["id"] == across["id"]]
+    assert stub["retracted_at"] is not None
+    found = await api.search(alice, "Bravo SECRETB budget", k=10)
+    assert "SECRETB" not in found.text
+
+
+async def _delete_as(api: Api, agent: Agent, memory_id: str) -> None:
+    deleted = await api.http.delete(f"/v1/memories/{memory_id}", headers=agent.headers)
+    assert deleted.status_code == 204, deleted.text
 
 
 # 2. a cross-space summary whose policy is gone ------------------------------------------
