@@ -9,10 +9,11 @@ from service.jobs.declare import Job
 CONSOLIDATION = Job(
     CONSOLIDATE,
     run_batch,
-    needs=frozenset({"read", "write"}),
+    needs=frozenset({"read", "write", "delete"}),
     options=frozenset({"subject"}),
 )
-"""Reads through the job principal's read grants, writes summaries only where it may write;
-retracting a summary left without inputs takes `delete` there too (else `retract_refused`)."""
+"""Reads through the job principal's read grants, writes summaries only where it may write and
+delete: a summary built from an input that is deleted later must be retracted (promise 7), and
+write never implies delete."""
 
 __all__ = ["CONSOLIDATION"]

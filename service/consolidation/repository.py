@@ -8,23 +8,29 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, and_, any_, cast, func, literal, not_, select, tuple_
+from sqlalchemy import (
+    ColumnElement,
+    and_,
+    any_,
+    cast,
+    exists,
+    func,
+    literal,
+    not_,
+    select,
+    tuple_,
+)
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import aliased
 
 from service.db.models import Memory, Space
+from service.memory.reserved import ACROSS_KEY, SCOPE_KEY, SUMMARY_KIND
 from service.policy.space_settings import SpaceSettings
 from service.policy.space_settings import stored as stored_settings
-from service.policy.visible import Visible
+from service.policy.visible import Liveness, Visible
 
 _UUIDS = ARRAY(UUID)
-SUMMARY_KIND = "summary"
-SCOPE_KEY = "consolidation"
-"""The key of a per-scope summary: one live version per (space, subject, audience)."""
-ACROSS_KEY = "consolidation.across"
-"""The key of a cross-space summary (in the space whose policy asked for it)."""
-OUTPUT_SOURCE = "memgate:consolidation"
-"""The `source` of every summary this job writes."""
 
 
 def _uuids(values: Sequence[uuid.UUID]) -> ColumnElement[Any]:
@@ -176,7 +182,9 @@ async def inputs_of(
 
 @dataclass(frozen=True)
 class Previous:
-    """A live summary this job wrote for an item."""
+    """A live summary under an item's key. Its fingerprint is None unless the job principal
+    wrote it: a row someone else put there (before the write path refused that) is never
+    counted as the job's own, so the next run supersedes it."""
 
     id: uuid.UUID
     read_requires: tuple[uuid.UUID, ...]
@@ -191,10 +199,14 @@ async def previous_summaries(
     key: str,
     *,
     read_requires: tuple[uuid.UUID, ...] | None,
+    writer_id: uuid.UUID,
 ) -> list[Previous]:
     """The live summaries under `key` of `subject` in `space_id` the job can read (for a
-    per-scope group, only the one with its audience)."""
-    statement = scope.select(Memory.id, Memory.read_requires, Memory.metadata_).where(
+    per-scope group, only the one with its audience); only those `writer_id` (the job
+    principal) wrote carry their fingerprint."""
+    statement = scope.select(
+        Memory.id, Memory.read_requires, Memory.metadata_, Memory.writer_id
+    ).where(
         Memory.space_id == space_id,
         Memory.subject == subject,
         _is_output(key),
@@ -203,7 +215,69 @@ async def previous_summaries(
         statement = statement.where(Memory.read_requires == _uuids(read_requires))
     rows = await session.execute(statement.order_by(Memory.id))
     return [
-        Previous(row.id, tuple(row.read_requires), _fingerprint_of(row.metadata_))
+        Previous(
+            row.id,
+            tuple(row.read_requires),
+            _fingerprint_of(row.metadata_) if row.writer_id == writer_id else None,
+        )
+        for row in rows.all()
+    ]
+
+
+@dataclass(frozen=True)
+class Tainted:
+    """A version of a job summary built from a retracted input: its key, to lock it."""
+
+    id: uuid.UUID
+    space_id: uuid.UUID
+    subject: str
+    key: str
+    read_requires: tuple[uuid.UUID, ...]
+
+
+_EVERY_VERSION = Liveness.any_version().with_expired()
+"""Live, superseded and expired versions: each one holds text a read (history, time travel,
+revert) could still reach."""
+_RETRACTED = Liveness.any_version().with_retracted().with_expired()
+
+
+async def tainted_summaries(
+    session: AsyncSession,
+    scope: Visible,
+    homes: Sequence[uuid.UUID],
+    *,
+    after: uuid.UUID | None,
+    limit: int,
+) -> list[Tainted]:
+    """Up to `limit` unretracted versions (any, superseded and expired included) of the job's
+    summaries in `homes` whose `derived_from` names a version that has been retracted (its
+    stub), both read under `scope`, in id order after `after`: they still carry the retracted
+    text."""
+    gone = aliased(Memory, name="gone")
+    retracted_input = scope.select(literal(1), liveness=_RETRACTED, on=gone).where(
+        gone.retracted_at.is_not(None), gone.id == any_(Memory.derived_from)
+    )
+    statement = (
+        scope.select(
+            Memory.id,
+            Memory.space_id,
+            Memory.subject,
+            Memory.key,
+            Memory.read_requires,
+            liveness=_EVERY_VERSION,
+        )
+        .where(
+            Memory.space_id == any_(_uuids(homes)),
+            _is_output(),
+            exists(retracted_input),
+            *(() if after is None else (Memory.id > after,)),
+        )
+        .order_by(Memory.id)
+        .limit(limit)
+    )
+    rows = await session.execute(statement)
+    return [
+        Tainted(row.id, row.space_id, row.subject, row.key, tuple(row.read_requires))
         for row in rows.all()
     ]
 

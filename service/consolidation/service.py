@@ -20,26 +20,25 @@ from datetime import datetime
 from typing import Any, Literal
 
 from service.consolidation import repository
-from service.consolidation.repository import (
-    ACROSS_KEY,
-    OUTPUT_SOURCE,
-    SCOPE_KEY,
-    SUMMARY_KIND,
-    Group,
-    InputRow,
-    Previous,
-)
+from service.consolidation.repository import Group, InputRow, Previous
 from service.consolidation.summarizers import Input, Summarizer, create_summarizer
 from service.db.base import uuid7
 from service.db.models import Memory
 from service.jobs.declare import Batch, BatchDone
 from service.memory import repository as memories
 from service.memory.repository import KeyRef
+from service.memory.reserved import ACROSS_KEY, OUTPUT_SOURCE, SCOPE_KEY, SUMMARY_KIND
 from service.memory.service import Source, content_hash, inherited_scope
 from service.observability.telemetry import span
 from service.policy.space_settings import DEFAULT as DEFAULT_SETTINGS
-from service.policy.space_settings import SpaceSettings
-from service.policy.visible import Action, WriteTargets, visible, write_targets
+from service.policy.space_settings import SpaceSettings, normalized_source
+from service.policy.visible import (
+    Action,
+    WriteTargets,
+    granted_space_ids,
+    visible,
+    write_targets,
+)
 from service.tenants.settings import tenant_limits
 
 COUNTS = ("subjects_seen", "summaries_written", "unchanged", "retracted", "inputs_excluded")
@@ -126,9 +125,14 @@ def fingerprint(summarizer_id: str, inputs: Sequence[InputRow]) -> str:
 
 
 def excluded(row: InputRow, policy: SpaceSettings) -> bool:
-    """The row's space leaves memories of this source out of consolidation."""
-    source = row.source or ""
-    return any(source.startswith(prefix) for prefix in policy.consolidation.excluded_sources)
+    """The row's space leaves memories of this source out of consolidation. Both sides are
+    compared normalized (prefixes stored before normalization included), so neither case,
+    outer whitespace nor full-width letters slip a source past the policy."""
+    source = normalized_source(row.source or "")
+    return any(
+        source.startswith(normalized_source(prefix))
+        for prefix in policy.consolidation.excluded_sources
+    )
 
 
 class Consolidation:
@@ -153,7 +157,20 @@ class Consolidation:
         self._settings = await repository.space_settings(
             self._session, self._principal.tenant_id, sorted(targets.readable)
         )
-        items, cursor = await self._items(targets)
+        homes = await self._homes(targets)
+        start = self._batch.cursor
+        purging = _purge_position(start)
+        if start is None or purging is not None:
+            # Every readable space: a summary in a space the job lost delete on is found too,
+            # and counted `retract_refused` (kept, and said so).
+            readable = sorted(
+                s for s in targets.readable if self._batch.scope.space_id in (None, s)
+            )
+            last = await self._purge(readable, None if purging is None else purging.last)
+            if last is not None:
+                return BatchDone(dict(self._counts), _Purging(last).cursor())
+            start = None
+        items, cursor = await self._items(targets, homes, start)
         plans = [await self._plan(item) for item in items]
         self._counts["subjects_seen"] = len(items)
         to_write = [p for p in plans if not p.retract_only and not p.unchanged]
@@ -172,13 +189,55 @@ class Consolidation:
 
     # reading ---------------------------------------------------------------------------
 
-    async def _items(self, targets: WriteTargets) -> tuple[list[Item], str | None]:
-        """The next `size` items after the cursor: per-scope groups first, then cross-space
-        subjects. Only spaces the job may write hold summaries; a run for one space covers
-        that space only."""
+    async def _homes(self, targets: WriteTargets) -> list[uuid.UUID]:
+        """The spaces that hold summaries: those the job may write *and* delete in, so that
+        every summary it writes it can also take down when an input is deleted (write never
+        implies delete, promise 4); a run for one space covers that space only."""
+        scope = self._batch.scope
+        deletable = set(await granted_space_ids(self._session, self._principal, Action.DELETE))
+        return sorted(s for s in targets.writable if s in deletable and scope.space_id in (None, s))
+
+    async def _purge(
+        self, spaces: Sequence[uuid.UUID], after: uuid.UUID | None
+    ) -> uuid.UUID | None:
+        """Retract every version of a summary in `spaces` (live, superseded or expired) built
+        from a version that has since been deleted: each still holds the deleted text, which
+        get, history, time travel or a revert would serve again. Up to `size` a batch, in id
+        order after `after`; the last id when there may be more (the run's next batch
+        continues after it), else None. The live summaries this
+        takes down are written again without the deleted input by this very batch."""
+        size = self._batch.size
+        found = await repository.tainted_summaries(
+            self._session, visible(self._principal, Action.READ), spaces, after=after, limit=size
+        )
+        if self._batch.scope.dry_run:
+            self._counts["retracted"] += len(found)
+            return None
+        deleter = visible(self._principal, Action.DELETE)
+        for tainted in found:
+            ref = KeyRef(
+                self._principal.tenant_id,
+                tainted.space_id,
+                tainted.subject,
+                SUMMARY_KIND,
+                tainted.key,
+                tainted.read_requires,
+            )
+            now = await memories.lock_key(self._session, ref)
+            if await memories.retract(self._session, deleter, tainted.id, now, expired_too=True):
+                self._counts["retracted"] += 1
+                self._batch.call.facts.add_targets([tainted.id])
+            else:  # no delete on its audience, or retracted meanwhile by another run
+                self._counts["retract_refused"] = self._counts.get("retract_refused", 0) + 1
+        return found[-1].id if len(found) == size else None
+
+    async def _items(
+        self, targets: WriteTargets, homes: list[uuid.UUID], start: str | None
+    ) -> tuple[list[Item], str | None]:
+        """The next `size` items after the cursor `start`: per-scope groups first, then
+        cross-space subjects."""
         size, scope = self._batch.size, self._batch.scope
-        homes = sorted(s for s in targets.writable if scope.space_id in (None, s))
-        after = _decode(self._batch.cursor)
+        after = _decode(start)
         subject = scope.options.get("subject")
         items: list[Item] = []
         read = visible(self._principal, Action.READ)
@@ -203,8 +262,9 @@ class Consolidation:
                 continue
             policy = self._settings_of(home).consolidation
             partners = [s for s in policy.with_spaces if s in readable and s != home]
-            if not partners:
-                continue
+            # A home that asks for no readable partner (any more) is still looked at: its
+            # cross-space summaries left from an earlier policy have one space of inputs now,
+            # so their plans retract them rather than leave them live and never re-derived.
             spaces = tuple(sorted({home, *partners}))
             subjects = await repository.across_subjects(
                 self._session,
@@ -241,6 +301,7 @@ class Consolidation:
             item.subject,
             item.key,
             read_requires=item.read_requires,
+            writer_id=self._principal.principal_id,
         )
         if item.read_requires is not None:
             # Every input of a per-scope group has the group's audience: the summary takes it
@@ -353,6 +414,7 @@ class Consolidation:
             item.subject,
             item.key,
             read_requires=tuple(plan.audience),
+            writer_id=self._principal.principal_id,
         )
         return any(p.fingerprint == plan.fingerprint for p in now_there)
 
@@ -417,6 +479,23 @@ class _After:
     space_id: uuid.UUID
     subject: str
     read_requires: tuple[uuid.UUID, ...]
+
+
+@dataclass(frozen=True)
+class _Purging:
+    """Where a run retracting summary versions built from deleted inputs stands."""
+
+    last: uuid.UUID
+
+    def cursor(self) -> str:
+        return json.dumps({"phase": "purge", "after": str(self.last)})
+
+
+def _purge_position(cursor: str | None) -> _Purging | None:
+    if cursor is None:
+        return None
+    raw = json.loads(cursor)
+    return _Purging(uuid.UUID(raw["after"])) if raw.get("phase") == "purge" else None
 
 
 def _decode(cursor: str | None) -> _After | None:

@@ -44,11 +44,12 @@ async def age_unused_batch(batch: Batch) -> BatchDone:
         space_id=batch.scope.space_id,
         expire=not batch.scope.dry_run,
     )
-    batch.call.facts.add_targets(aged.unused)
+    batch.call.facts.add_targets([*aged.unused, *aged.summaries])
     batch.call.facts.count(len(aged.unused))
     done = aged.examined < batch.size or aged.last is None
     outcome = "would_expire" if batch.scope.dry_run else "expired"
-    return BatchDone(
-        counts={"examined": aged.examined, outcome: len(aged.unused)},
-        cursor=None if done else str(aged.last),
-    )
+    counts = {"examined": aged.examined, outcome: len(aged.unused)}
+    if aged.summaries:
+        # Summaries derived from an expired row expire with it (docs/jobs.md).
+        counts["summaries_expired"] = len(aged.summaries)
+    return BatchDone(counts=counts, cursor=None if done else str(aged.last))

@@ -11,6 +11,7 @@ from service.memory.problems import (
     MemoryNotFound,
     NoWritableSpace,
     ReadTooBroad,
+    ReservedForJobs,
     SearchTooBroad,
     SpaceNotFound,
     SpaceReadOnly,
@@ -36,6 +37,7 @@ WRITE = operation(
     EmbeddingFailed,
     KeyChoiceRequired,
     EvidenceRequired,
+    ReservedForJobs,
     success=201,
 )
 LIST = operation(
@@ -103,6 +105,7 @@ REVERT = operation(
     Scope.WRITE_MEMORY,
     MemoryNotFound,
     VersionRetracted,
+    ReservedForJobs,
     EvidenceRequired,
     ReadTooBroad,
     ValueTooLong,

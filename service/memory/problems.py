@@ -58,3 +58,9 @@ class KeyChoiceRequired(
 class EvidenceRequired(Problem, slug="evidence-required", status=422, title="Evidence required"):
     """The evidence gate of the target space: a `summary` or `decision` must cite the memories
     it rests on in `derived_from` (ids you can read). Nothing was written."""
+
+
+class ReservedForJobs(Problem, slug="reserved-for-jobs", status=422, title="Reserved for jobs"):
+    """Kind `summary` under the keys `consolidation` and `consolidation.across`, and any source
+    starting `memgate:`, are written by memgate's consolidation job only (a revert of such a
+    summary too: the next run re-derives it). Nothing was written; use another key or source."""

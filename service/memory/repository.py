@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Protocol
 from typing import cast as cast_type
@@ -42,6 +42,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.db.models import EMBEDDING_DIMENSIONS, Memory, MemoryRecall, Space
+from service.memory.reserved import RESERVED_KEYS, SUMMARY_KIND
 from service.policy.visible import (
     Action,
     Liveness,
@@ -1247,31 +1248,62 @@ async def key_of(session: AsyncSession, scope: Visible, memory_id: uuid.UUID) ->
 
 
 async def retract(
-    session: AsyncSession, scope: Visible, memory_id: uuid.UUID, at: datetime
+    session: AsyncSession,
+    scope: Visible,
+    memory_id: uuid.UUID,
+    at: datetime,
+    *,
+    expired_too: bool = False,
 ) -> bool:
     """Retract one version: its row stays in the chain as a content-free stub (value, vector,
     content hash, metadata and source cleared; `retracted_at` set) that keeps its id, number
     and links, so no number is issued twice and history shows where a version was. A live head
     is closed at `at` too, so the key has no live value (the older one does not come back)
     and the stub leaves every partial live index. Under `scope` (delete); row-level security
-    lets a deleter without write make exactly this change (migration `stable_versions`)."""
+    lets a deleter without write make exactly this change (migration `stable_versions`).
+    `expired_too`: an expired version is retracted as well (a job taking derived text down:
+    an expired row is out of reads now, but its text would come back with its expiry)."""
+    liveness = Liveness.any_version()
     retracted = await session.scalars(
-        scope.update(liveness=Liveness.any_version())
+        scope.update(liveness=liveness.with_expired() if expired_too else liveness)
         .where(Memory.id == memory_id)
-        .values(
-            {
-                Memory.retracted_at: at,
-                Memory.superseded_at: func.coalesce(Memory.superseded_at, at),
-                Memory.value: "",
-                Memory.content_hash: b"",
-                Memory.embedding: None,
-                Memory.metadata_: {},
-                Memory.source: None,
-            }
-        )
+        .values(_stub(at))
         .returning(Memory.id)
     )
     return retracted.one_or_none() is not None
+
+
+def _stub(at: datetime) -> dict[Any, Any]:
+    """What a retraction sets (the exact change the `memories_retract_only` trigger admits)."""
+    return {
+        Memory.retracted_at: at,
+        Memory.superseded_at: func.coalesce(Memory.superseded_at, at),
+        Memory.value: "",
+        Memory.content_hash: b"",
+        Memory.embedding: None,
+        Memory.metadata_: {},
+        Memory.source: None,
+    }
+
+
+async def retract_derived_summaries(
+    session: AsyncSession, scope: Visible, source_id: uuid.UUID, at: datetime
+) -> list[uuid.UUID]:
+    """Retract, with the deletion of `source_id`, every version (live, superseded, expired) of
+    a consolidation summary built from it that `scope` (the deleter's delete predicate) may
+    retract: each holds its text. Summaries the deleter may not retract (another audience)
+    are left to the job's next run, which retracts them (docs/jobs.md)."""
+    retracted = await session.scalars(
+        scope.update(liveness=Liveness.any_version().with_expired())
+        .where(
+            Memory.kind == SUMMARY_KIND,
+            Memory.key.in_(RESERVED_KEYS),
+            Memory.derived_from.contains(cast(literal([source_id], ARRAY(UUID)), ARRAY(UUID))),
+        )
+        .values(_stub(at))
+        .returning(Memory.id)
+    )
+    return list(retracted.all())
 
 
 def _walk(
@@ -1339,6 +1371,8 @@ class AgedBatch:
     """Those neither written nor recalled within their space's `max_unused_days`."""
     last: uuid.UUID | None
     """The last row examined (where the next batch starts)."""
+    summaries: list[uuid.UUID] = field(default_factory=list)
+    """Live consolidation summaries expired with them: each was derived from one of them."""
 
 
 def _last_used_day() -> ColumnElement[Any]:
@@ -1389,16 +1423,35 @@ async def age_unused(
             .returning(Memory.id)
             .cte("expired")
         )
+        # A summary never outlives an input (docs/jobs.md): the live summaries derived from
+        # a row expired here expire with it, in this statement, so its text leaves every read
+        # at once; the next consolidation run writes one without it. (The rows expired above
+        # are left to that update: one statement never updates a row twice.)
+        derived = (
+            scope.update()
+            .where(
+                Memory.kind == SUMMARY_KIND,
+                Memory.key.in_(RESERVED_KEYS),
+                Memory.id.not_in(unused),
+                Memory.derived_from.overlap(select(func.array_agg(touched.c.id)).scalar_subquery()),
+            )
+            .values(expires_at=func.now())
+            .returning(Memory.id)
+            .cte("expired_summaries")
+        )
         picked = select(func.array_agg(touched.c.id)).scalar_subquery()
+        summaries: ColumnElement[Any] = select(func.array_agg(derived.c.id)).scalar_subquery()
     else:
         picked = select(func.array_agg(batch.c.id)).where(batch.c.unused).scalar_subquery()
+        summaries = null()
     statement = select(
         select(func.count()).select_from(batch).scalar_subquery(),
         picked,
         select(batch.c.id).order_by(batch.c.id.desc()).limit(1).scalar_subquery(),
+        summaries,
     )
-    count_, ids, last = (await session.execute(statement)).one()
-    return AgedBatch(int(count_), list(ids or []), last)
+    count_, ids, last, derived_ids = (await session.execute(statement)).one()
+    return AgedBatch(int(count_), list(ids or []), last, list(derived_ids or []))
 
 
 @dataclass(frozen=True)

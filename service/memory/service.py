@@ -28,6 +28,7 @@ from service.memory.problems import (
     MemoryNotFound,
     NoWritableSpace,
     ReadTooBroad,
+    ReservedForJobs,
     SearchTooBroad,
     SpaceNotFound,
     SpaceReadOnly,
@@ -44,6 +45,7 @@ from service.memory.repository import (
     Version,
     cast_row,
 )
+from service.memory.reserved import RESERVED_KEYS, SOURCE_PREFIX, SUMMARY_KIND, reserved
 from service.memory.schemas import (
     AudienceNarrowing,
     CountGroup,
@@ -203,6 +205,16 @@ class MemoryService:
         of `audience` too.
         `unsourced`: what the evidence gate says when `data` cites nothing (the caller's
         own words by default)."""
+        if reserved(data.kind, data.key, data.source):
+            raise ReservedForJobs(
+                f"Kind 'summary' under the keys {', '.join(repr(k) for k in RESERVED_KEYS)}, "
+                f"and sources starting {SOURCE_PREFIX!r}, are written by memgate's "
+                "consolidation job only (a revert of its summary too: its next run re-derives "
+                f"it). Nothing was written. Use another key than {data.key!r} or another "
+                "source.",
+                reserved_keys=[f"{SUMMARY_KIND}/{k}" for k in RESERVED_KEYS],
+                reserved_source_prefix=SOURCE_PREFIX,
+            )
         space_id, targets = await self._target_space(principal, data.space_id)
         read_requires = inherited_scope(space_id, sources, audience)
         gates = targets.settings_of(space_id)
@@ -568,6 +580,10 @@ class MemoryService:
         now = await repository.lock_key(self._session, ref)
         if not await repository.retract(self._session, scope, memory_id, now):
             raise MemoryNotFound(not_found_detail(memory_id))
+        # The job's summaries built from this version hold its text: those this deleter may
+        # retract go with it, in this transaction; the job's next run takes the rest.
+        derived = await repository.retract_derived_summaries(self._session, scope, memory_id, now)
+        self._facts.add_targets(derived)
 
     async def history(
         self,

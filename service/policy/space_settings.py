@@ -10,6 +10,7 @@ trip for them.
 
 from __future__ import annotations
 
+import unicodedata
 import uuid
 from typing import Annotated, Any
 
@@ -22,7 +23,14 @@ EXTERNAL_SOURCE = "external:"
 """The `source` prefix that marks external context: a memory written from what a tool read
 elsewhere (`external:web`, `external:mcp-resource`), not from what a principal knows."""
 
-SourcePrefix = Annotated[str, msgspec.Meta(min_length=1, max_length=100)]
+SourcePrefix = Annotated[str, msgspec.Meta(min_length=1, max_length=100, pattern=r"\S")]
+
+
+def normalized_source(source: str) -> str:
+    """A source as the source policy compares it: NFKC, case-folded, outer whitespace
+    stripped, so `External:web`, ` external:web` and full-width letters are all `external:`
+    (a writer chooses its source; a policy must not be bypassed by spelling)."""
+    return unicodedata.normalize("NFKC", source).casefold().strip()
 
 
 class ConsolidationPolicy(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
@@ -75,7 +83,12 @@ def stored(raw: object) -> SpaceSettings:
 
 def to_stored(settings: SpaceSettings) -> dict[str, Any]:
     """What the column holds: only the fields that differ from the defaults (answers show
-    every field)."""
+    every field). Source prefixes are stored normalized (`normalized_source`), once each."""
+    policy = settings.consolidation
+    prefixes = list(dict.fromkeys(normalized_source(p) for p in policy.excluded_sources))
+    settings = msgspec.structs.replace(
+        settings, consolidation=msgspec.structs.replace(policy, excluded_sources=prefixes)
+    )
     given: dict[str, Any] = msgspec.to_builtins(settings)
     defaults: dict[str, Any] = msgspec.to_builtins(DEFAULT)
     return {name: value for name, value in given.items() if defaults[name] != value}

@@ -96,9 +96,11 @@ async def test_a_deleted_input_is_left_out_of_the_next_summary(api: Api) -> None
     assert after["version"] == before["version"] + 1
     [old] = [r for r in await summaries(api.runtime) if r["id"] == before["id"]]
     assert old["superseded_by"] == after["id"]
-    # The summary a reader sees is the new one.
+    # The old version held the deleted text: it is a content-free stub now, which no read
+    # serves (it answered as 'superseded', with the text, before the rt13 fix).
+    assert (old["value"], old["retracted_at"] is not None) == ("", True)
     got = await api.http.get(f"/v1/memories/{before['id']}", headers=alice.headers)
-    assert got.json()["status"] == "superseded"
+    assert got.status_code == 404
 
 
 async def test_a_superseded_input_is_replaced_by_its_new_version(api: Api) -> None:
@@ -141,9 +143,10 @@ async def test_a_summary_with_no_input_left_is_retracted(api: Api) -> None:
     summary = await _the_summary(api)
     await _delete(api, alice, only)
 
-    run = await run_job(api.runtime, CONSOLIDATION, job)
-    assert (run.counts["retracted"], run.counts["summaries_written"]) == (1, 0)
+    # The deletion retracts the summary built from it (rt13: it waited for the next run).
     assert live(await summaries(api.runtime)) == []
+    run = await run_job(api.runtime, CONSOLIDATION, job)
+    assert (run.counts["retracted"], run.counts["summaries_written"]) == (0, 0)
     [stub] = await summaries(api.runtime)
     assert stub["id"] == summary["id"]
     assert stub["value"] == ""  # a content-free stub
@@ -154,13 +157,27 @@ async def test_a_summary_with_no_input_left_is_retracted(api: Api) -> None:
     assert quiet.counts["subjects_seen"] == 0
 
 
-async def test_without_delete_a_summary_left_without_inputs_is_kept_and_said_so(api: Api) -> None:
-    alice, team, job = await _team(api, "read", "write")
+async def test_without_delete_the_job_writes_no_summary_and_a_deletion_takes_it_down(
+    api: Api,
+) -> None:
+    # Before rt13 a summary left without inputs by a job without delete stayed live, with the
+    # deleted text, counted `retract_refused`. Now the job writes summaries only where it can
+    # also retract them, and the deletion itself retracts what its deleter may.
+    alice, team, job = await _team(api, "read", "write", "delete")
     only = await _fact(api, alice, team, "window", "Deploys run on Tuesdays")
     await run_job(api.runtime, CONSOLIDATION, job)
+    revoked = await api.http.delete(
+        f"/v1/spaces/{team}/grants/delete/{service_subject(job)}", headers=api.admin.headers
+    )
+    assert revoked.status_code == 200, revoked.text
     await _delete(api, alice, only)
+    assert live(await summaries(api.runtime)) == []
     run = await run_job(api.runtime, CONSOLIDATION, job)
-    assert (run.counts["retracted"], run.counts["retract_refused"]) == (0, 1)
+    assert (run.counts["subjects_seen"], run.counts["summaries_written"]) == (0, 0)
+    await _fact(api, alice, team, "window", "Deploys run on Fridays")
+    again = await run_job(api.runtime, CONSOLIDATION, job)
+    assert again.counts["summaries_written"] == 0
+    assert live(await summaries(api.runtime)) == []
 
 
 async def test_a_dry_run_counts_and_writes_nothing(api: Api) -> None:
@@ -266,10 +283,12 @@ async def test_a_cross_space_summary_goes_when_only_one_space_has_inputs(api: Ap
     assert across["read_requires"] == [uuid.UUID(platform)]
 
     await _delete(api, alice, theirs)
+    # The platform space's own summary and the cross-space one were both built from it:
+    # alice may retract both, so her deletion does (rt13: they waited for the next run).
+    left = live(await summaries(api.runtime))
+    assert [(r["key"], r["space_id"]) for r in left] == [("consolidation", uuid.UUID(search))]
     run = await run_job(api.runtime, CONSOLIDATION, job)
-    # The platform space's own summary and the cross-space one both lost their last input
-    # from the platform space: both are retracted.
-    assert run.counts["retracted"] == 2
+    assert (run.counts["retracted"], run.counts["summaries_written"]) == (0, 0)
     left = live(await summaries(api.runtime))
     assert [(r["key"], r["space_id"]) for r in left] == [("consolidation", uuid.UUID(search))]
 
