@@ -223,13 +223,14 @@ async def test_a_deleted_or_expired_input_is_left_out_on_the_next_run(api: Api) 
 async def test_a_job_principal_without_its_grants_is_refused_and_changes_nothing(
     api: Api,
 ) -> None:
-    # Read but not write: consolidation needs both.
+    # Read only: consolidation needs read, write and delete (a summary it writes it must be
+    # able to take down when an input is deleted).
     await leak_world(api, "read")
     stored = await count_memories(api.runtime)
     run = await run_through_runner(api, CONSOLIDATE)
     assert run["status"] == "refused"
     assert run["error"]["slug"] == "job-grants-missing"
-    assert "'write'" in run["error"]["detail"]
+    assert any(f"'{missing}'" in run["error"]["detail"] for missing in ("write", "delete"))
     assert job_subject(api) in run["error"]["detail"]
     assert (run["counts"], run["batches"]) == ({}, 0)
     assert await count_memories(api.runtime) == stored
@@ -331,7 +332,7 @@ def test_a_cli_dry_run_against_a_running_server_counts_and_writes_nothing(
     assert made.status_code == 202, made.text
     job = made.json()["principal_id"]
     for subject in (f"user:{me}", f"service:{job}"):
-        for action in ("read", "write"):
+        for action in ("read", "write", "delete"):  # consolidation needs all three
             path = f"/v1/spaces/{space_id}/grants/{action}/{subject}"
             assert _served(server, "PUT", path, token).status_code == 200
     for key, value in (("window", "Deploys run on Tuesdays"), ("owner", "Search owns the index")):
