@@ -545,7 +545,11 @@ def cmd_jobs_run(
     import uuid
 
     from service.jobs.cli import JobRefused, run
+    from service.observability.logging import configure_logging
     from service.problems import Problem
+
+    # stdout is the runs as JSON: the runner's log lines (one per batch) go to stderr.
+    configure_logging(json_logs=settings.server.json_logs, stream=sys.stderr)
 
     try:
         tenant_id = uuid.UUID(tenant) if tenant else None

@@ -11,7 +11,7 @@ import logging
 import time
 import uuid
 from collections.abc import MutableMapping
-from typing import Any, cast
+from typing import Any, TextIO, cast
 
 import structlog
 from litestar.enums import ScopeType
@@ -31,7 +31,11 @@ def add_trace_ids(_logger: WrappedLogger, _method: str, event_dict: EventDict) -
     return event_dict
 
 
-def configure_logging(*, json_logs: bool, level: int = logging.INFO) -> None:
+def configure_logging(
+    *, json_logs: bool, level: int = logging.INFO, stream: TextIO | None = None
+) -> None:
+    """`stream`: where log lines go (default stdout; a command whose stdout is its result, like
+    `memgate jobs run`, sends them to stderr)."""
     renderer: Any = (
         structlog.processors.JSONRenderer() if json_logs else structlog.dev.ConsoleRenderer()
     )
@@ -44,6 +48,7 @@ def configure_logging(*, json_logs: bool, level: int = logging.INFO) -> None:
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(level),
+        logger_factory=structlog.PrintLoggerFactory(file=stream),
         cache_logger_on_first_use=False,
     )
     # authlib logs whole issued tokens at DEBUG ("Issue token ..."): never let that through.
