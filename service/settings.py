@@ -632,6 +632,10 @@ class JobSettings:
         is queued in every enabled tenant that has none queued or running. Empty: no schedule.
     retention_days: `MEMGATE_RETENTION_DAYS`; how long `memory.sweep_expired` keeps a memory past
         its `expires_at` before deleting it, for tenants whose `retention_days` setting is unset.
+    max_pending: `MEMGATE_JOBS_MAX_PENDING`; the most runs one tenant may have queued or running
+        when a caller (REST, MCP) asks for another: beyond it the request is answered 429
+        `job-queue-full` with `Retry-After` (the operator's CLI and schedule are not capped;
+        their runs are one per job and space, joined when identical).
     """
 
     batch_size: int = 100
@@ -639,8 +643,11 @@ class JobSettings:
     poll_seconds: float = 2.0
     schedule: tuple[tuple[str, float], ...] = ()
     retention_days: int = 30
+    max_pending: int = 20
 
     def __post_init__(self) -> None:
+        if not 1 <= self.max_pending <= 10_000:
+            raise ValueError("MEMGATE_JOBS_MAX_PENDING must be in 1..10000")
         if not 1 <= self.batch_size <= 10_000:
             raise ValueError("MEMGATE_JOBS_BATCH_SIZE must be in 1..10000")
         if self.lease_seconds <= 0 or self.poll_seconds < 0:
@@ -658,6 +665,7 @@ class JobSettings:
             poll_seconds=_env_float("MEMGATE_JOBS_POLL_SECONDS", 2.0),
             schedule=parse_schedule(_env("MEMGATE_JOBS_SCHEDULE", "")),
             retention_days=_env_int("MEMGATE_RETENTION_DAYS", 30),
+            max_pending=_env_int("MEMGATE_JOBS_MAX_PENDING", 20),
         )
 
 

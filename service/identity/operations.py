@@ -6,6 +6,7 @@ from service.identity.problems import (
     ClientNotFound,
     ExternalIssuerUntrusted,
     ExternalSubjectTaken,
+    JobPrincipalReserved,
     PrincipalNotFound,
     ScopeNotAllowed,
 )
@@ -43,6 +44,7 @@ CLIENT_CREATE = managed(
     "Register an OAuth client",
     PrincipalNotFound,
     ScopeNotAllowed,
+    JobPrincipalReserved,
     success=201,
 )
 CLIENT_LIST = managed(
@@ -54,5 +56,10 @@ CLIENT_DISABLE = managed(
 )
 # Re-enabling takes registration's ceilings again (scope-not-allowed for an agent's admin client).
 CLIENT_ENABLE = managed(
-    "client.enable", "enableClient", "Re-enable a client", ClientNotFound, ScopeNotAllowed
+    "client.enable",
+    "enableClient",
+    "Re-enable a client",
+    ClientNotFound,
+    ScopeNotAllowed,
+    JobPrincipalReserved,
 )

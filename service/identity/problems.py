@@ -20,6 +20,14 @@ class ScopeNotAllowed(Problem, slug="scope-not-allowed", status=422, title="Scop
     for an agent principal), an unknown scope, or a scope the caller's own token lacks."""
 
 
+class JobPrincipalReserved(
+    Problem, slug="job-principal-reserved", status=422, title="Job principal is reserved"
+):
+    """The tenant's job principal (service/jobs/principals.py) acts only inside job runs,
+    with the grants a run took at enqueue: it gets no client, no token and no delegation,
+    which would let a holder use its grants without a run's limits. Nothing was changed."""
+
+
 class ExternalSubjectTaken(
     Problem, slug="external-subject-taken", status=409, title="External subject already mapped"
 ):

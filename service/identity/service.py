@@ -41,6 +41,7 @@ from service.identity.schemas import (
     RoleGrant,
 )
 from service.issuers.repository import issuer_registered
+from service.jobs.principals import refuse_job_principal
 from service.policy.compile import add_own_grants, lock_policy, recompile
 from service.policy.powers import working_auditors, working_policy_admins
 from service.policy.problems import LastRoleHolder
@@ -322,6 +323,7 @@ def _check_registration(
     agents_may_read_policy: bool = True,
 ) -> None:
     """Who may hand out working credentials for `target` (registering, or re-enabling)."""
+    refuse_job_principal(target.tenant_id, target.id, "get a client")
     missing = scopes - caller.scopes
     if missing:
         raise ScopeNotAllowed(

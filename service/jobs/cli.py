@@ -5,8 +5,10 @@ It talks to the database, not the HTTP server (like `memgate tenants`), so it wo
 running `serve`'s embedded cluster, which it leaves running, as well as against a managed
 PostgreSQL. A tenant job is queued in each tenant asked for (`--tenant`, else every enabled
 tenant), as a `jobs.start` call of the tenant's job principal (audited in the tenant's chain),
-then run here to its end batch by batch; a run of the same job already queued or running there
-is joined instead (the (job, tenant) lock keeps two runners' batches apart). Progress goes to
+then run here to its end batch by batch; an identical run (same job, space, dry run and options)
+already queued or running there is joined instead (the (job, tenant) lock keeps two runners'
+batches apart). A run whose batch fails stays at its cursor (audited, shown in the output)
+and the other tenants' runs go on; the exit code is 1 unless every run finished. Progress goes to
 stderr, one line per batch; the runs as the API shows them go to stdout as JSON. A platform job
 (`audit.checkpoint`, `keys.rotate`) runs once, audited in the platform chain.
 """
@@ -79,7 +81,12 @@ async def run(
         request = RunCreate(space_id=space_id, dry_run=dry_run)
         run_id = await queue_as_operator(runtime, tenant, job, request, "CLI")
         assert run_id is not None
-        await runner.run(tenant, run_id)
+        try:
+            await runner.run(tenant, run_id)
+        except Exception as exc:  # the run's failure, not the other tenants': go on with them
+            # Its batch was audited and counted against it by the runner; the run (status,
+            # error) is in the output and the exit code says not all finished.
+            print(f"{name} run {run_id}: batch failed ({type(exc).__name__})", file=progress)
         runs.append(
             {"tenant_id": str(tenant), **msgspec.to_builtins(await _read(runtime, tenant, run_id))}
         )

@@ -35,9 +35,13 @@ class JobController(Controller):
         self, request: AuthedRequest, name: FromPath[str], data: JSONBody[RunCreate], call: CallDep
     ) -> RunOut:
         """Queue a run of the job `name` (`memory.sweep_expired` ...) in your tenant. It runs
-        as the tenant's job principal, with the grants it holds now (and still holds then)."""
+        as the tenant's job principal, with the grants it holds now (and still holds then),
+        within the spaces you may read. A run identical to one queued or running (same job,
+        space, dry_run and options) is that run: the answer is the pending run."""
         job = job_named(JOBS, name)
-        return await _service(request, call).enqueue(job, data, request.user.principal_id)
+        cap = call.runtime.settings.jobs.max_pending
+        queued = await _service(request, call).enqueue(job, data, request.user, cap=cap)
+        return queued.run
 
     @get("/runs", **route(ops.LIST))
     async def list_runs(

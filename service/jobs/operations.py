@@ -8,7 +8,7 @@ as the caller: the caller chooses what runs, policy decides what the job may tou
 from __future__ import annotations
 
 from service.auth.scopes import Scope
-from service.jobs.problems import RunNotFound, UnknownJob
+from service.jobs.problems import JobQueueFull, RunNotFound, UnknownJob
 from service.memory.problems import SpaceNotFound
 from service.operations import operation
 from service.problems import BadCursor
@@ -20,6 +20,7 @@ START = operation(
     Scope.RUN_JOBS,
     UnknownJob,
     SpaceNotFound,
+    JobQueueFull,
     success=202,
 )
 LIST = operation(

@@ -25,6 +25,7 @@ from service.auth.scopes import Scope
 from service.auth.tokens import CachedKeySet, TrustedIssuer, VerifiedToken
 from service.db.models import Principal as PrincipalRow
 from service.db.models import PrincipalRole, SpaceGrant, Tenant
+from service.identity.problems import JobPrincipalReserved
 from service.policy.compile import lock_policy
 from service.policy.visible import Action
 from service.tenants.settings import TenantSettings
@@ -40,6 +41,18 @@ JOB_ISSUER = "memgate:jobs"
 
 def job_principal_id(tenant_id: uuid.UUID) -> uuid.UUID:
     return uuid.uuid5(JOB_PRINCIPAL_NAMESPACE, str(tenant_id))
+
+
+def refuse_job_principal(tenant_id: uuid.UUID, principal_id: uuid.UUID, what: str) -> None:
+    """Refuse handing the job principal credentials (a client, a delegation): its grants are
+    used only inside a run, within the run's snapshot, never through a token."""
+    if principal_id == job_principal_id(tenant_id):
+        raise JobPrincipalReserved(
+            f"Principal {principal_id} is your tenant's job principal: it acts only inside job "
+            f"runs (POST /v1/jobs/{{name}}/runs) and cannot {what}. Register the client, or "
+            "name the delegate, for a principal of its own (POST /v1/principals). Nothing "
+            "was changed."
+        )
 
 
 async def ensure_job_principal(session: AsyncSession, tenant_id: uuid.UUID) -> uuid.UUID:

@@ -18,3 +18,15 @@ class JobGrantsMissing(
 ):
     """The tenant's job principal does not hold what the job needs (at enqueue and now): the
     run ends `refused` and nothing was done. The detail names the grant to add."""
+
+
+class JobQueueFull(Problem, slug="job-queue-full", status=429, title="Too many pending job runs"):
+    """The tenant has as many runs queued or running as it may (`MEMGATE_JOBS_MAX_PENDING`);
+    nothing was queued. Retry after `retry_after` seconds (also in `Retry-After`)."""
+
+    def __init__(self, detail: str, *, retry_after: int) -> None:
+        super().__init__(detail, retry_after=retry_after)
+        self.retry_after = retry_after
+
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(self.retry_after)}

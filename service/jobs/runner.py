@@ -44,7 +44,7 @@ from service.jobs.principals import (
     snapshot_of,
     tenant_settings,
 )
-from service.jobs.problems import JobGrantsMissing
+from service.jobs.problems import JobGrantsMissing, UnknownJob
 from service.policy.visible import Action, granted_space_ids
 from service.problems import Problem
 from service.runtime import Runtime
@@ -140,13 +140,53 @@ class Runner:
                 await asyncio.sleep(BUSY_PAUSE_SECONDS)
 
     async def pick_up(self) -> int:
-        """Run every run that is queued, or running with a stale heartbeat (its runner died).
-        Returns how many runs this call took to their end."""
+        """Take up the runs that are due (queued, or running with a stale heartbeat: their
+        runner died) and run them in turns, one batch of each per pass, until they end: one
+        tenant's many or long runs hold back another tenant's by one batch each, not by whole
+        runs (the due list also puts every tenant's oldest run first). A run whose batch
+        raises is audited and logged, stays at its cursor for the next poll, and the others go
+        on. Returns how many runs this call took to their end."""
+        turns: dict[tuple[uuid.UUID, uuid.UUID], None] = {}  # an ordered set
+        handled: set[tuple[uuid.UUID, uuid.UUID]] = set()
+        ended = 0
+        while True:
+            for key in await self._due():
+                if key not in handled:
+                    turns.setdefault(key, None)
+            if not turns:
+                return ended
+            progressed = False
+            for key in list(turns):
+                step = await self._contained_step(*key)
+                if step is Step.BUSY:
+                    continue
+                progressed = True
+                if step is not Step.MORE:  # ended, or failed this time: not again in this call
+                    del turns[key]
+                    handled.add(key)
+                    if step is Step.DONE:
+                        ended += 1
+            if not progressed:
+                await asyncio.sleep(BUSY_PAUSE_SECONDS)
+
+    async def _due(self) -> list[tuple[uuid.UUID, uuid.UUID]]:
         async with self.runtime.sessionmaker() as session:
-            due = (await session.execute(_DUE, {"lease": self.lease_seconds})).all()
-        for tenant_id, run_id in due:
-            await self.run(tenant_id, run_id)
-        return len(due)
+            rows = (await session.execute(_DUE, {"lease": self.lease_seconds})).all()
+        return [(row[0], row[1]) for row in rows]
+
+    async def _contained_step(self, tenant_id: uuid.UUID, run_id: uuid.UUID) -> Step | None:
+        """One step, or None when it raised: the failure is the run's alone (its batch was
+        audited and counted against it by `_batch`), not the worker's."""
+        try:
+            return await self.step(tenant_id, run_id)
+        except Exception as exc:  # the type only: a message can quote content or SQL
+            _log.error(
+                "job_run_left",
+                run_id=str(run_id),
+                tenant=str(tenant_id),
+                error_type=type(exc).__name__,
+            )
+            return None
 
     async def step(self, tenant_id: uuid.UUID, run_id: uuid.UUID) -> Step:
         """One batch of the run, in one call (or nothing, when the run has ended or another
@@ -167,9 +207,14 @@ class Runner:
             await call.finish(200)
             return Step.DONE
         job = self.jobs.get(first.job)
-        if job is None:  # a run of a job this version no longer has
-            await call.finish(200)
-            await self._fail(tenant_id, run_id, "unknown-job", f"No job '{first.job}' here.")
+        if job is None:  # a run of a job this version no longer has: audited, then failed
+            found = await tenant_settings(call.db, tenant_id) or _NO_SETTINGS
+            acting = job_principal(tenant_id, run_id, snapshot_of(first.granted), found)
+            call.caller, call.token = acting, job_token(acting, self.runtime.embedded_keys)
+            call.action, call.route, call.exempt = first.job, f"/jobs/{first.job}/runs", False
+            call.path_ids = [run_id]
+            await call.finish(UnknownJob.status, UnknownJob.slug)
+            await self._fail(tenant_id, run_id, UnknownJob.slug, f"No job '{first.job}' here.")
             return Step.DONE
         if not await call.db.scalar(_LOCK, {"key": lock_key(job.name, tenant_id)}):
             await call.finish(200)
@@ -268,8 +313,9 @@ class Runner:
             where = f"on space {scope.space_id}" if scope.space_id else "on any space"
             raise JobGrantsMissing(
                 f"The job '{job.name}' needs '{action}' {where}; its principal "
-                f"service:{principal.principal_id} holds none there (both when the run was "
-                f"queued and now are needed). Grant it (PUT /v1/spaces/{{space_id}}/grants/"
+                f"service:{principal.principal_id} holds none there (needed both when the run "
+                "was queued, within what its starter could read, and now). Grant it "
+                f"(PUT /v1/spaces/{{space_id}}/grants/"
                 f"{action}/service:{principal.principal_id}) and start a new run.",
             )
 

@@ -17,10 +17,9 @@ import uuid
 from collections.abc import Mapping
 
 import structlog
-from sqlalchemy import select, text
+from sqlalchemy import text
 
 from service.calls import Call
-from service.db.models import JobRun
 from service.jobs.declare import Job
 from service.jobs.operations import START
 from service.jobs.platform import PLATFORM_JOBS, run_platform_job
@@ -34,7 +33,6 @@ from service.tenants.settings import DEFAULT as DEFAULT_SETTINGS
 
 _log = structlog.get_logger("memgate.jobs")
 _TENANTS = text("SELECT memgate_job_tenants()")
-_QUEUE_LOCK = text("SELECT pg_advisory_xact_lock(hashtextextended(:key, 0))")
 
 
 async def enabled_tenants(runtime: Runtime) -> list[uuid.UUID]:
@@ -46,35 +44,24 @@ async def queue_as_operator(
     runtime: Runtime, tenant_id: uuid.UUID, job: Job, request: RunCreate, via: str
 ) -> uuid.UUID | None:
     """Queue a run of `job` in `tenant_id` for the operator (`via`: `CLI`, `SCHEDULE`), unless
-    one is queued or running already (None then). A call of `jobs.start` like the API's, made
-    by the tenant's job principal (nobody else acts), audited in the tenant's chain."""
+    an identical one is queued or running already (the CLI joins it; the schedule gets None).
+    A call of `jobs.start` like the API's, made by the tenant's job principal (nobody else
+    acts), audited in the tenant's chain."""
     caller = job_principal(tenant_id, uuid.UUID(int=0), snapshot_of({}), DEFAULT_SETTINGS)
     call = Call(runtime, START.name, via, f"/jobs/{job.name}/runs", caller=caller)
     call.token = job_token(caller, runtime.embedded_keys)
     try:
-        # Two operators (two CronJob pods, two replicas' schedules) queueing at once: the
-        # second waits here for the first's commit, then finds its run and joins it.
-        await call.db.execute(_QUEUE_LOCK, {"key": f"memgate.job-queue:{job.name}:{tenant_id}"})
-        pending = await call.db.scalar(
-            select(JobRun.id).where(
-                JobRun.tenant_id == tenant_id,
-                JobRun.job == job.name,
-                JobRun.status.in_(("queued", "running")),
-                JobRun.space_id.is_(None)
-                if request.space_id is None
-                else JobRun.space_id == request.space_id,
-                JobRun.dry_run.is_(request.dry_run),
-            )
-        )
-        if pending is not None:
+        # An identical run (same job, space, dry run and options: a whole-tenant run never
+        # joins a one-subject run) already queued or running is joined instead.
+        queued = await JobService(call.db, tenant_id, call.facts).enqueue(job, request, None)
+        if queued.joined:
             call.exempt = True  # nothing done: no row per tenant per interval
             await call.finish(200)
-            return pending if via == "CLI" else None
-        run = await JobService(call.db, tenant_id, call.facts).enqueue(job, request, None)
+            return queued.run.id if via == "CLI" else None
         unrecorded = await call.finish(START.success)
         if unrecorded is not None:
             raise unrecorded
-        return run.id
+        return queued.run.id
     except Problem as problem:
         if not call.finished:
             await call.finish(problem.status, problem.slug)

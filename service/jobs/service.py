@@ -2,29 +2,48 @@
 
 Queueing a run makes sure the tenant's job principal exists and takes a snapshot of the spaces
 it holds each action on: the grants the run may ever use (each batch intersects them with the
-grants held then).
+grants held then). A run started by a caller (REST, MCP) is also kept inside the spaces that
+caller may read: neither its counts nor its writes reach what the caller cannot see.
+
+Queueing is serialised per tenant (a short transaction lock): a run identical to one already
+queued or running (job, space, dry run, options and the grants it would act with) joins that
+run, and a caller's run beyond the tenant's cap of pending runs is refused.
 """
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
+from dataclasses import dataclass
 
-from sqlalchemy import select
+from sqlalchemy import func, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from service.auth.principal import GrantSnapshot, Principal
 from service.calls import Facts
 from service.db.base import uuid7
 from service.db.models import JobRun, Space
 from service.jobs.declare import Job
 from service.jobs.principals import ensure_job_principal, snapshot
-from service.jobs.problems import RunNotFound, UnknownJob
+from service.jobs.problems import JobQueueFull, RunNotFound, UnknownJob
 from service.jobs.schemas import RunCreate, RunError, RunOut, RunPage
 from service.memory.problems import SpaceNotFound
 from service.memory.service import decode_cursor, encode_cursor
+from service.policy.visible import Action, granted_space_ids
 from service.problems import InvalidRequest
 
 PAGE_SIZE = 50
+PENDING = ("queued", "running")
+QUEUE_FULL_RETRY_SECONDS = 30
+"""`Retry-After` of a refused run: about the time a few batches of the pending runs take."""
+_QUEUE_LOCK = text("SELECT pg_advisory_xact_lock(hashtextextended(:key, 0))")
+
+
+@dataclass(frozen=True)
+class Queued:
+    run: RunOut
+    joined: bool
+    """True: an identical run was queued or running already, and `run` is that run."""
 
 
 def job_named(jobs: Mapping[str, Job], name: str) -> Job:
@@ -42,7 +61,12 @@ class JobService:
         self._tenant_id = tenant_id
         self._facts = facts
 
-    async def enqueue(self, job: Job, request: RunCreate, enqueued_by: uuid.UUID | None) -> RunOut:
+    async def enqueue(
+        self, job: Job, request: RunCreate, caller: Principal | None, *, cap: int | None = None
+    ) -> Queued:
+        """Queue a run of `job` (or join the identical one pending). `caller`: who asked (None:
+        the operator's CLI or schedule); `cap`: the most queued and running runs the tenant
+        may have when a caller asks for one more (None: no cap)."""
         unknown = sorted(set(request.options) - job.options)
         if unknown:
             allowed = ", ".join(sorted(job.options)) or "none"
@@ -53,8 +77,19 @@ class JobService:
             )
         if request.space_id is not None:
             await self._space_exists(request.space_id)
+        # Two callers (two replicas' schedules, two CronJob pods, a flood of API calls) queueing
+        # at once in one tenant: the second waits here for the first's commit, then finds its
+        # run (and joins it) or counts it against the cap.
+        await self._session.execute(_QUEUE_LOCK, {"key": f"memgate.job-queue:{self._tenant_id}"})
         principal_id = await ensure_job_principal(self._session, self._tenant_id)
         granted = await snapshot(self._session, self._tenant_id, principal_id)
+        if caller is not None:
+            granted = await self._within_reads_of(caller, granted)
+        pending = await self._identical(job, request, granted)
+        if pending is not None:
+            return Queued(run_out(pending), joined=True)
+        if cap is not None:
+            await self._check_cap(cap)
         run = JobRun(
             tenant_id=self._tenant_id,
             id=uuid7(),
@@ -66,7 +101,7 @@ class JobService:
             counts={},
             batches=0,
             failures=0,
-            enqueued_by=enqueued_by,
+            enqueued_by=None if caller is None else caller.principal_id,
             principal_id=principal_id,
             granted=granted.as_json(),
         )
@@ -74,7 +109,56 @@ class JobService:
         await self._session.flush()
         await self._session.refresh(run)
         self._facts.add_targets([run.id])
-        return run_out(run)
+        return Queued(run_out(run), joined=False)
+
+    async def _within_reads_of(self, caller: Principal, granted: GrantSnapshot) -> GrantSnapshot:
+        """The job principal's grants, each limited to the spaces `caller` may read (its own
+        grants, or both a delegated call's user and agent hold): a caller cannot make a job
+        count, summarise or change what it could not read itself."""
+        readable = set(await granted_space_ids(self._session, caller, Action.READ))
+        return GrantSnapshot.of(
+            {action.value: granted.spaces(action.value) & readable for action in Action}
+        )
+
+    async def _identical(
+        self, job: Job, request: RunCreate, granted: GrantSnapshot
+    ) -> JobRun | None:
+        same_space = (
+            JobRun.space_id.is_(None)
+            if request.space_id is None
+            else JobRun.space_id == request.space_id
+        )
+        found: JobRun | None = await self._session.scalar(
+            select(JobRun)
+            .where(
+                JobRun.tenant_id == self._tenant_id,
+                JobRun.job == job.name,
+                JobRun.status.in_(PENDING),
+                same_space,
+                JobRun.dry_run.is_(request.dry_run),
+                JobRun.options == dict(request.options),
+                JobRun.granted == granted.as_json(),
+            )
+            .order_by(JobRun.id)
+            .limit(1)
+        )
+        return found
+
+    async def _check_cap(self, cap: int) -> None:
+        pending = await self._session.scalar(
+            select(func.count())
+            .select_from(JobRun)
+            .where(JobRun.tenant_id == self._tenant_id, JobRun.status.in_(PENDING))
+        )
+        if (pending or 0) >= cap:
+            raise JobQueueFull(
+                f"Your tenant has {pending} job runs queued or running, the most it may have "
+                f"(MEMGATE_JOBS_MAX_PENDING = {cap}); nothing was queued. Retry after "
+                f"{QUEUE_FULL_RETRY_SECONDS} s, or poll GET /v1/jobs/runs?status=queued until "
+                "some have finished. An identical run (same job, space, dry_run and options) "
+                "is joined, not queued again, so repeating a request costs nothing.",
+                retry_after=QUEUE_FULL_RETRY_SECONDS,
+            )
 
     async def _space_exists(self, space_id: uuid.UUID) -> None:
         found = await self._session.scalar(

@@ -218,6 +218,8 @@ async def request_consolidation(
     request = RunCreate(
         space_id=data.space_id, dry_run=data.dry_run, options={"subject": data.subject}
     )
-    return await JobService(call.db, caller.tenant_id, call.facts).enqueue(
-        job, request, caller.principal_id
+    cap = runtime.settings.jobs.max_pending
+    queued = await JobService(call.db, caller.tenant_id, call.facts).enqueue(
+        job, request, caller, cap=cap
     )
+    return queued.run

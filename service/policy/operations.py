@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 from service.auth.scopes import Scope
-from service.identity.problems import ExternalIssuerUntrusted, PrincipalNotFound
+from service.identity.problems import (
+    ExternalIssuerUntrusted,
+    JobPrincipalReserved,
+    PrincipalNotFound,
+)
 from service.operations import family, operation
 from service.policy.guards import agents_may_read_policy, requires_policy_admin
 from service.policy.problems import (
@@ -120,6 +124,7 @@ DELEGATE_ALLOW = operation(
     "Allow an agent to act for a user",
     Scope.MANAGE_DELEGATES,
     PrincipalNotFound,
+    JobPrincipalReserved,
     PolicyNameInvalid,
     PolicyAdminRequired,
     PolicyReadSelfOnly,

@@ -20,6 +20,7 @@ from service.db.base import uuid7
 from service.db.models import Delegation, Principal, Space, SpaceGrant, Team, Tenant
 from service.identity.problems import PrincipalNotFound, untrusted_issuer
 from service.issuers.repository import issuer_registered
+from service.jobs.principals import refuse_job_principal
 from service.policy.compile import CASBIN_MAX_HIERARCHY, apply_changes, lock_policy
 from service.policy.powers import (
     admin_powers,
@@ -345,6 +346,9 @@ class PolicyService:
             raise PrincipalNotFound(f"No principal {missing} in your tenant.")
         if agent.kind == "user" or user_id == agent_id:
             raise PolicyNameInvalid("Only an agent or service principal can act for a user.")
+        if allowed:  # revoking one is always allowed (there should be none to revoke)
+            refuse_job_principal(self._tenant_id, agent_id, "act for a user")
+            refuse_job_principal(self._tenant_id, user_id, "be acted for")
         if allowed:
             await self._session.execute(
                 insert(Delegation)

@@ -53,11 +53,17 @@ async def revoke(api: Api, space_id: str, action: str, subject: str) -> None:
     assert response.status_code == 200, response.text
 
 
-async def setup(api: Api, *, job_actions: tuple[str, ...] = ("read", "delete")) -> Setup:
+async def setup(
+    api: Api, *, job_actions: tuple[str, ...] = ("read", "delete"), starter_reads: bool = True
+) -> Setup:
+    """`starter_reads`: the admin, who starts the runs through the API, may read the team
+    space (a run started by a caller stays inside what that caller may read)."""
     space_id = await new_space(api, "team")
     writer = await api.new_agent("writer")
     for action in ("read", "write", "delete"):
         await grant(api, space_id, action, f"user:{writer.principal_id}")
+    if starter_reads:
+        await grant(api, space_id, "read", f"user:{api.admin.principal_id}")
     job = str(job_principal_id(uuid.UUID(api.tenant_id)))
     await make_job_principal(api)
     for action in job_actions:

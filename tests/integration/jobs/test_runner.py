@@ -197,6 +197,8 @@ async def test_a_grant_added_after_enqueue_is_not_used_by_that_run(api: Api) -> 
     other = await new_space(api, "other")
     for action in ("read", "write", "delete"):
         await grant(api, other, action, f"user:{s.writer.principal_id}")
+    # The admin who starts the runs reads the space (a run stays inside its starter's reads).
+    await grant(api, other, "read", f"user:{api.admin.principal_id}")
     kept = await _expired(s, 2, other)
     swept = await _expired(s, 2)
     run_id = await queue(api, SWEEP)
