@@ -179,6 +179,8 @@ async def _one_team(api: Api) -> tuple[Agent, str]:
     team = await team_space(api, "search", alice)
     await make_job_principal(api)
     await grant(api, team, job_subject(api), "read", "write", "delete")
+    # A run started through the API stays inside what its starter reads (docs/jobs.md).
+    await grant(api, team, f"user:{api.admin.principal_id}", "read")
     return alice, team
 
 

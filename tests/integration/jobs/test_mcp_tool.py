@@ -51,7 +51,7 @@ def consolidate() -> Iterator[Job]:
 async def test_request_consolidation_queues_a_run_for_the_subject(
     api: Api, runtime: Runtime, consolidate: Job
 ) -> None:
-    s = await setup(api, job_actions=("read", "write"))
+    s = await setup(api, job_actions=("read", "write", "delete"))
     agent = await api.new_agent("alice")
     async with serving(runtime) as base:
         async with mcp_session(base, api.admin.token) as session:

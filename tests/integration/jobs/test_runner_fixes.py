@@ -150,7 +150,7 @@ async def test_the_worker_takes_one_batch_of_each_run_in_turn(api: Api) -> None:
 
 
 async def test_a_run_counts_and_writes_only_what_its_starter_may_read(api: Api) -> None:
-    s = await setup(api, job_actions=("read", "write"), starter_reads=False)
+    s = await setup(api, job_actions=("read", "write", "delete"), starter_reads=False)
     await api.remember(
         s.writer,
         space_id=s.space_id,
@@ -177,7 +177,7 @@ async def test_a_run_counts_and_writes_only_what_its_starter_may_read(api: Api) 
 
 
 async def test_a_starter_who_reads_the_space_gets_the_run_it_asked_for(api: Api) -> None:
-    s = await setup(api, job_actions=("read", "write"))
+    s = await setup(api, job_actions=("read", "write", "delete"))
     await api.remember(
         s.writer,
         space_id=s.space_id,
@@ -199,7 +199,7 @@ async def test_a_starter_who_reads_the_space_gets_the_run_it_asked_for(api: Api)
 
 
 async def test_operator_runs_keep_the_job_principals_grants(api: Api) -> None:
-    s = await setup(api, job_actions=("read", "write"))
+    s = await setup(api, job_actions=("read", "write", "delete"))
     run_id = await queue_as_operator(
         api.runtime, uuid.UUID(api.tenant_id), CONSOLIDATION, RunCreate(dry_run=True), "CLI"
     )
