@@ -10,15 +10,11 @@ from typing import Any
 
 from service.jobs.principals import job_principal_id
 from tests.fixtures.api import Agent, Api
-from tests.integration.jobs.consolidation_support import JobPrincipal, grant, team_space
+from tests.integration.jobs.consolidation_support import JobPrincipal
 from tests.integration.jobs.support import make_job_principal, queue, run_of, runner
 from tests.integration.jobs.world import (
-    BRIDGE_FACT,
-    PLATFORM_FACT,
-    PRIVATE,
-    SUBJECT,
-    TEAM_FACT,
     World,
+    build_for,
 )
 from tests.integration.mcp.support import mcp_session, payload, serving
 from tests.integration.memory.support import assert_problem
@@ -32,50 +28,17 @@ def job_subject(api: Api) -> str:
 
 
 async def leak_world(api: Api, *job_actions: str) -> World:
-    """The world of tests/integration/jobs/world.py (two teams, private notes sharing the team
-    fact's subject and key, one filed under the team's subject, a team row derived from a
-    private note, a bridge row derived from the other team's fact), with the tenant's job
-    principal (not a stand-in service principal) granted `job_actions` on both team spaces."""
-    alice, bob = await api.new_agent("alice"), await api.new_agent("bob")
-    carol, erin = await api.new_agent("carol"), await api.new_agent("erin")
-    search = await team_space(api, "search", alice, bob, erin)
-    platform = await team_space(api, "platform", carol, erin)
+    """The world of tests/integration/jobs/world.py with the tenant's job principal (not a
+    stand-in service principal) granted `job_actions` on both team spaces, and the admin, who
+    starts the runs through the API, reading them (a run stays inside what its starter reads,
+    docs/jobs.md "Who a run acts as"; the admin is no member probed here). The job principal
+    has no token of its own: the runner signs one per batch."""
     await make_job_principal(api)
-    for space in (search, platform):
-        await grant(api, space, job_subject(api), *job_actions)
-        # The admin starts the runs through the API: a run stays inside what its starter
-        # reads (docs/jobs.md, "Who a run acts as"). The admin is no member probed here.
-        await grant(api, space, f"user:{api.admin.principal_id}", "read")
-    rows: dict[str, dict[str, Any]] = {}
-
-    async def note(name: str, agent: Agent, key: str, value: str, **fields: Any) -> None:
-        rows[name] = await api.remember(agent, subject=SUBJECT, key=key, value=value, **fields)
-
-    await note("team", alice, "ownership", TEAM_FACT, space_id=search)
-    await note("alice", alice, "ownership", PRIVATE["alice"])
-    await note("bob", bob, "reorg", PRIVATE["bob"])
-    await note(
-        "bob-derived",
-        bob,
-        "reorg.plans",
-        PRIVATE["bob-derived"],
-        space_id=search,
-        derived_from=[rows["bob"]["id"]],
+    tenant = uuid.UUID(api.tenant_id)
+    job = JobPrincipal(tenant, job_principal_id(tenant), "")
+    return await build_for(
+        api, job, job_subject(api), job_actions, f"user:{api.admin.principal_id}"
     )
-    await note("platform", carol, "cluster", PLATFORM_FACT, space_id=platform)
-    await note("carol", carol, "cluster", PRIVATE["carol"])
-    await note(
-        "bridge",
-        erin,
-        "cluster.dependency",
-        BRIDGE_FACT,
-        space_id=search,
-        derived_from=[rows["platform"]["id"]],
-    )
-    # The world's `job` field names the tenant's job principal; it has no token of its own
-    # (the runner signs one per batch).
-    job = JobPrincipal(uuid.UUID(api.tenant_id), job_principal_id(uuid.UUID(api.tenant_id)), "")
-    return World(api, alice, bob, carol, erin, search, platform, job, rows)
 
 
 async def run_through_runner(api: Api, name: str, *, size: int = 3, **body: Any) -> dict[str, Any]:

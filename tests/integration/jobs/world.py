@@ -4,6 +4,7 @@ derived from a private note, and a row of one team derived from the other's."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,13 +51,24 @@ class World:
 
 
 async def build(api: Api) -> World:
+    """The world, its job a stand-in service principal holding read, write and delete."""
+    job = await job_principal(api)
+    return await build_for(api, job, service_subject(job), ("read", "write", "delete"))
+
+
+async def build_for(
+    api: Api, job: JobPrincipal, job_subject: str, job_actions: Sequence[str], *starters: str
+) -> World:
+    """The world with `job_subject` granted `job_actions` on both team spaces, and each of
+    `starters` (policy subjects who start runs through the API) granted read there."""
     alice, bob = await api.new_agent("alice"), await api.new_agent("bob")
     carol, erin = await api.new_agent("carol"), await api.new_agent("erin")
     search = await team_space(api, "search", alice, bob, erin)
     platform = await team_space(api, "platform", carol, erin)
-    job = await job_principal(api)
     for space in (search, platform):
-        await grant(api, space, service_subject(job), "read", "write", "delete")
+        await grant(api, space, job_subject, *job_actions)
+        for starter in starters:
+            await grant(api, space, starter, "read")
     rows: dict[str, dict[str, Any]] = {}
 
     async def note(name: str, agent: Agent, key: str, value: str, **fields: Any) -> None:
