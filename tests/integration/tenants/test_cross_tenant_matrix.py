@@ -95,10 +95,16 @@ async def probe_once(world: World, oracle: AsyncEngine, probe: Probe) -> None:
     value = probe.value(away)
     twin = probe.twin(home, value)
     assert len(twin) == len(value) or probe.route == "POST /oauth/token"
+    # Recalls are written in the background (docs/jobs.md, memory.age_unused): write what the
+    # worlds' setup left waiting before the first look, and what the probe noted before the
+    # second, so a probe that made the other tenant's rows look used is seen, and nothing else.
+    recalls = home.api.runtime.recalls
+    await recalls.flush()
     before = await tenant_state(oracle, away.tenant_id)
     with captured_logs() as events:
         foreign = await send(home.api.http, probe.ask(home, value), caller)
         made_up = await send(home.api.http, probe.ask(home, twin), caller)
+    await recalls.flush()
     after = await tenant_state(oracle, away.tenant_id)
 
     _expected(made_up, probe.expect)
