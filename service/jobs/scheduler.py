@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 
 import structlog
 from sqlalchemy import text
@@ -114,9 +114,9 @@ async def work(runtime: Runtime, jobs: Mapping[str, Job]) -> None:
         await _logged("pick_up", runner.pick_up())
 
 
-async def _logged(what: str, work: object) -> None:
+async def _logged(what: str, work: Awaitable[object]) -> None:
     try:
-        await work  # type: ignore[misc]
+        await work
     except asyncio.CancelledError:
         raise
     except Exception as exc:  # the worker goes on; the type only (a message can quote SQL)

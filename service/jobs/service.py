@@ -15,6 +15,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import cast, get_args
 
 from sqlalchemy import func, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -26,7 +27,7 @@ from service.db.models import JobRun, Space
 from service.jobs.declare import Job
 from service.jobs.principals import ensure_job_principal, snapshot
 from service.jobs.problems import JobQueueFull, RunNotFound, UnknownJob
-from service.jobs.schemas import RunCreate, RunError, RunOut, RunPage
+from service.jobs.schemas import RunCreate, RunError, RunOut, RunPage, RunStatus
 from service.memory.problems import SpaceNotFound
 from service.memory.service import decode_cursor, encode_cursor
 from service.policy.visible import Action, granted_space_ids
@@ -195,6 +196,16 @@ class JobService:
         )
 
 
+RUN_STATUSES: tuple[str, ...] = get_args(RunStatus)
+
+
+def _status(stored: str) -> RunStatus:
+    """The stored status as the answer's type (the table's CHECK holds the same five)."""
+    if stored not in RUN_STATUSES:
+        raise ValueError(f"job_runs.status {stored!r} is none of {RUN_STATUSES}")
+    return cast(RunStatus, stored)
+
+
 def run_out(run: JobRun) -> RunOut:
     error = None
     if run.error_slug is not None:
@@ -202,7 +213,7 @@ def run_out(run: JobRun) -> RunOut:
     return RunOut(
         id=run.id,
         job=run.job,
-        status=run.status,  # type: ignore[arg-type]
+        status=_status(run.status),
         space_id=run.space_id,
         dry_run=run.dry_run,
         options={str(k): str(v) for k, v in run.options.items()},

@@ -9,6 +9,7 @@ import json
 import re
 import subprocess
 import time
+from typing import Any
 
 import httpx
 
@@ -27,13 +28,13 @@ PROGRESS = re.compile(r"^memory\.sweep_expired run (\S+): batch (\d+) ", re.MULT
 """One progress line per batch a process ran: (run id, batch number)."""
 
 
-def _api(server: Server, method: str, path: str, token: str, **kwargs: object) -> httpx.Response:
+def _api(server: Server, method: str, path: str, token: str, **kwargs: Any) -> httpx.Response:
     return httpx.request(
         method,
         f"{server.url}{path}",
         headers={"Authorization": f"Bearer {token}"},
         timeout=10,
-        **kwargs,  # type: ignore[arg-type]
+        **kwargs,
     )
 
 

@@ -19,7 +19,7 @@ from service.embeddings import model_tag
 from service.embeddings.base import EmbeddingDimensionsMismatch
 from service.embeddings.jobs import REEMBED_JOB
 from service.jobs.declare import RunScope
-from service.memory.schemas import SearchRequest, SearchResult
+from service.memory.schemas import SearchMode, SearchRequest, SearchResult
 from service.memory.service import MemoryService
 from service.runtime import Runtime
 from tests.fixtures.api import Agent, Api
@@ -68,12 +68,14 @@ def _switched(runtime: Runtime, model: Any) -> Runtime:
     return replace(runtime, embedder=model)
 
 
-async def _search(runtime: Runtime, api: Api, alice: Agent, query: str, mode: str) -> SearchResult:
+async def _search(
+    runtime: Runtime, api: Api, alice: Agent, query: str, mode: SearchMode
+) -> SearchResult:
     caller = agent_principal(api, alice)
     call = Call(runtime, "memory.search", "POST", "/t", caller=caller)
     try:
         service = MemoryService(call.db, runtime.embedder, runtime.settings.memory, facts=Facts())
-        return await service.search(caller, SearchRequest(query=query, k=3, mode=mode))  # type: ignore[arg-type]
+        return await service.search(caller, SearchRequest(query=query, k=3, mode=mode))
     finally:
         await call.db.rollback()
         await call.close()
