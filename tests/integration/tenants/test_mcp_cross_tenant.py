@@ -179,6 +179,9 @@ async def test_a_tool_answers_another_tenants_thing_like_nothing(
     value = probe.value(away)
     twin = probe.twin(home, value)
     assert len(twin) == len(value)
+    # As in the REST matrix: write the background recall buffer before each look.
+    recalls = home.api.runtime.recalls
+    await recalls.flush()
     before = await tenant_state(oracle, away.tenant_id)
     chains = (home.tenant_id, away.tenant_id, str(PLATFORM))
     heads = {t: await _chain_head(oracle, t) for t in chains}
@@ -186,6 +189,7 @@ async def test_a_tool_answers_another_tenants_thing_like_nothing(
         async with mcp_session(base_url, home.agent.token) as session:
             foreign = await session.call_tool(probe.tool, probe.arguments(value))
             made_up = await session.call_tool(probe.tool, probe.arguments(twin))
+    await recalls.flush()
     assert await tenant_state(oracle, away.tenant_id) == before
 
     if probe.expect is None:
