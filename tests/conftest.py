@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import base64
 import os
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from service.db.migrate import upgrade
 from service.db.session import create_engine
 from service.embeddings import Embedder
 from service.embeddings.wordllama import WordLlamaEmbedder
+from service.identity.service import BootstrapResult
 from service.observability.telemetry import configure_telemetry
 from service.operations import UNDECLARED, check_answers
 from service.runtime import Runtime, build_runtime
@@ -36,7 +38,7 @@ from service.settings import (
     Settings,
 )
 from tests.fixtures import entrance
-from tests.fixtures.api import Api, TestClient
+from tests.fixtures.api import Agent, Api, TestClient
 from tests.fixtures.postgres import app_login, postgres_server, with_database
 
 pytest_plugins = ["tests.integration.auth.external_idp"]
@@ -44,6 +46,17 @@ pytest_plugins = ["tests.integration.auth.external_idp"]
 than imported into each test module that uses them."""
 
 TEMPLATE_DB = "memgate_test_template"
+ACME_TEMPLATE_DB = "memgate_test_template_acme"
+"""The migrated template plus what the `api` fixture makes in every test (the platform tenant,
+the tenant `acme` made through `POST /v1/tenants`, both admins' tokens), made once per run:
+tests that ask for `api` start from a clone of it instead of paying those argon2 hashes and
+calls again."""
+SESSION_KEK = base64.urlsafe_b64encode(os.urandom(32)).decode()
+"""One key-encryption key per run, so the signing keys sealed in the baked template open in
+every test's runtime."""
+BAKED_TOKEN_TTL_SECONDS = 3600
+"""The baked admins' tokens live as long as memgate allows, longer than a run; an older one is
+minted again (`baked_api`)."""
 PUBLIC_URL = "http://localhost:8080"
 TRUSTED_TEST_ISSUER = "https://idp.example"
 """The one external issuer the default test deployment trusts, so that principals can be mapped
@@ -122,11 +135,61 @@ def template_db(pg_server: str) -> str:
     return url
 
 
+@dataclass(frozen=True)
+class BakedTenants:
+    """What the acme template holds, with the secrets and tokens only its maker saw."""
+
+    platform: BootstrapResult
+    platform_token: str
+    acme_tenant_id: str
+    acme_admin: Agent
+    minted_at: float
+
+
+@pytest.fixture(scope="session")
+async def acme_template(
+    pg_server: str, template_db: str, embedder: Embedder, tmp_path_factory: pytest.TempPathFactory
+) -> BakedTenants:
+    with psycopg.connect(pg_server, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{ACME_TEMPLATE_DB}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{ACME_TEMPLATE_DB}" TEMPLATE "{TEMPLATE_DB}"')
+    url = with_database(pg_server, ACME_TEMPLATE_DB)
+    settings = make_settings(
+        url, tmp_path_factory.mktemp("acme"), token_ttl_seconds=BAKED_TOKEN_TTL_SECONDS
+    )
+    minted_at = time.monotonic()
+    runtime = await build_runtime(settings, app_login(url), embedder, owner_url=url)
+    try:
+        async with AsyncTestClient(app=create_app(runtime), base_url=PUBLIC_URL) as client:
+            acme = await Api.bootstrap(client, runtime)
+            platform = await Api.platform(client, runtime)
+    finally:
+        await runtime.close()
+    return BakedTenants(
+        platform=BootstrapResult(
+            tenant_id=uuid.UUID(platform.tenant_id),
+            admin_principal_id=uuid.UUID(platform.admin.principal_id),
+            client_id=uuid.UUID(platform.admin.client_id),
+            client_secret=platform.admin.secret,
+        ),
+        platform_token=platform.admin.token,
+        acme_tenant_id=acme.tenant_id,
+        acme_admin=acme.admin,
+        minted_at=minted_at,
+    )
+
+
 @pytest.fixture
-def database_url(pg_server: str, template_db: str) -> Iterator[str]:
+def database_url(request: pytest.FixtureRequest, pg_server: str, template_db: str) -> Iterator[str]:
+    """A fresh database: a clone of the acme template for a test that asks for `api`, else of
+    the bare migrated template."""
+    template = TEMPLATE_DB
+    if "api" in request.fixturenames:
+        request.getfixturevalue("acme_template")
+        template = ACME_TEMPLATE_DB
     name = f"t_{uuid.uuid4().hex[:16]}"
     with psycopg.connect(pg_server, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{TEMPLATE_DB}"')
+        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
     yield with_database(pg_server, name)
     with psycopg.connect(pg_server, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
@@ -160,7 +223,7 @@ def make_settings(database_url: str, data_dir: Path, **auth: Any) -> Settings:
         jobs=JobSettings(poll_seconds=0),
         auth=replace(
             AuthSettings(
-                key_encryption_key=base64.urlsafe_b64encode(os.urandom(32)).decode(),
+                key_encryption_key=SESSION_KEK,
                 external_issuers=(
                     ExternalIssuer(
                         issuer=TRUSTED_TEST_ISSUER,
@@ -204,5 +267,13 @@ async def http(runtime: Runtime) -> AsyncIterator[TestClient]:
 
 
 @pytest.fixture
-async def api(http: TestClient, runtime: Runtime) -> Api:
-    return await Api.bootstrap(http, runtime)
+async def api(http: TestClient, runtime: Runtime, acme_template: BakedTenants) -> Api:
+    """The tenant `acme` and its admin, as `Api.bootstrap` makes them, from the baked template."""
+    baked, admin = acme_template, replace(acme_template.acme_admin)
+    platform_token = baked.platform_token
+    if time.monotonic() - baked.minted_at > BAKED_TOKEN_TTL_SECONDS - 600:  # a very long run
+        platform = baked.platform
+        platform_token = await Api.mint_token(http, str(platform.client_id), platform.client_secret)
+        admin.token = await Api.mint_token(http, admin.client_id, admin.secret)
+    Api.adopt_platform(runtime.settings.database.url, baked.platform, platform_token)
+    return Api(http, runtime, baked.acme_tenant_id, admin)

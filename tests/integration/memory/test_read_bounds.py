@@ -9,11 +9,11 @@ from __future__ import annotations
 import hashlib
 import itertools
 import uuid
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
-import psycopg
 import pytest
 from sqlalchemy import func, select
 
@@ -26,6 +26,7 @@ from service.policy.visible import Action, visible
 from service.settings import MemorySettings, Settings
 from tests.conftest import make_settings
 from tests.fixtures.api import Agent, Api
+from tests.integration.memory.bulk import copy_memories
 from tests.integration.memory.support import assert_problem, count_memories
 
 
@@ -48,23 +49,22 @@ async def _load(api: Api, alice: Agent, space_id: str, rows: int, kinds: int = 1
     tenant, owner = uuid.UUID(api.tenant_id), uuid.UUID(alice.principal_id)
     model = model_tag(api.runtime.embedder)  # the rows are this model's vectors
     columns = (
-        "tenant_id, id, space_id, owner_id, writer_id, client_id, subject, kind, key, "
-        "value, content_hash, embedding, embedding_model"
-    )
+        "tenant_id", "id", "space_id", "owner_id", "writer_id", "client_id", "subject", "kind",
+        "key", "value", "content_hash", "embedding", "embedding_model",
+    )  # fmt: skip
     kind_names = ("fact", "preference", "decision", "episode")
-    with psycopg.connect(api.runtime.settings.database.url, autocommit=True) as conn:
-        with conn.cursor().copy(f"COPY memories ({columns}) FROM STDIN") as copy:
-            for n, vector in enumerate(vectors):
-                value = f"note {n}"
-                embedding = "[" + ",".join(f"{x:.6f}" for x in vector) + "]"
-                copy.write_row(
-                    (
-                        tenant, uuid.uuid4(), uuid.UUID(space_id), owner, owner,
-                        alice.client_id, f"user:{n % 7}", kind_names[n % kinds], f"note.{n}",
-                        value, hashlib.sha256(value.encode()).digest(), embedding, model,
-                    )
-                )  # fmt: skip
-        conn.execute("ANALYZE memories")
+
+    def records() -> Iterator[tuple[object, ...]]:
+        for n, vector in enumerate(vectors):
+            value = f"note {n}"
+            embedding = "[" + ",".join(f"{x:.6f}" for x in vector) + "]"
+            yield (
+                tenant, uuid.uuid4(), uuid.UUID(space_id), owner, owner, alice.client_id,
+                f"user:{n % 7}", kind_names[n % kinds], f"note.{n}", value,
+                hashlib.sha256(value.encode()).digest(), embedding, model,
+            )  # fmt: skip
+
+    copy_memories(api.runtime.settings.database.url, columns, records())
 
 
 async def _alice(api: Api) -> tuple[Agent, str]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from service.policy.visible import Action, visible
 from service.settings import MemorySettings, Settings
 from tests.conftest import make_settings
 from tests.fixtures.api import Agent, Api
+from tests.integration.memory.bulk import copy_memories
 
 SPACES = 100
 PER_SPACE = 50
@@ -44,6 +46,12 @@ ALWAYS_WALK = MemorySettings(exact_search_max_rows=0)
 def settings(database_url: str, tmp_path: Path, request: pytest.FixtureRequest) -> Settings:
     limits = getattr(request, "param", MemorySettings())
     return replace(make_settings(database_url, tmp_path), memory=limits)
+
+
+COLUMNS = (
+    "tenant_id", "id", "space_id", "owner_id", "writer_id", "client_id", "subject", "kind", "key",
+    "value", "content_hash", "embedding", "embedding_model",
+)  # fmt: skip
 
 
 def limits(memory: MemorySettings) -> pytest.MarkDecorator:
@@ -61,27 +69,25 @@ async def _world(api: Api) -> tuple[Agent, dict[str, list[float]]]:
     spaces = [uuid.UUID(own_space)] + [uuid.uuid4() for _ in range(SPACES - 1)]
     tenant, owner = uuid.UUID(api.tenant_id), uuid.UUID(alice.principal_id)
     mine: dict[str, list[float]] = {}
-    with psycopg.connect(api.runtime.settings.database.url, autocommit=True) as conn:
-        with conn.cursor().copy("COPY spaces (tenant_id, id, kind, name) FROM STDIN") as copy:
-            for space in spaces[1:]:
-                copy.write_row((tenant, space, "team", f"team {space}"))
-        model = model_tag(api.runtime.embedder)  # the rows are this model's vectors
-        columns = (
-            "tenant_id, id, space_id, owner_id, writer_id, client_id, subject, kind, key, "
-            "value, content_hash, embedding, embedding_model"
-        )
-        with conn.cursor().copy(f"COPY memories ({columns}) FROM STDIN") as copy:
-            for n, (value, vector) in enumerate(zip(texts, vectors, strict=True)):
-                memory_id, space = uuid.uuid4(), spaces[(n + 1) % SPACES]
-                if space == spaces[0]:
-                    mine[str(memory_id)] = vector
-                digest = hashlib.sha256(value.encode()).digest()
-                embedding = "[" + ",".join(f"{x:.7f}" for x in vector) + "]"
-                fields = (tenant, memory_id, space, owner, owner, alice.client_id)
-                copy.write_row(
-                    (*fields, "team:notes", "fact", f"note.{n}", value, digest, embedding, model)
-                )
-        conn.execute("ANALYZE memories")
+    with (
+        psycopg.connect(api.runtime.settings.database.url, autocommit=True) as conn,
+        conn.cursor().copy("COPY spaces (tenant_id, id, kind, name) FROM STDIN") as copy,
+    ):
+        for space in spaces[1:]:
+            copy.write_row((tenant, space, "team", f"team {space}"))
+    model = model_tag(api.runtime.embedder)  # the rows are this model's vectors
+
+    def records() -> Iterator[tuple[object, ...]]:
+        for n, (value, vector) in enumerate(zip(texts, vectors, strict=True)):
+            memory_id, space = uuid.uuid4(), spaces[(n + 1) % SPACES]
+            if space == spaces[0]:
+                mine[str(memory_id)] = vector
+            digest = hashlib.sha256(value.encode()).digest()
+            embedding = "[" + ",".join(f"{x:.7f}" for x in vector) + "]"
+            fields = (tenant, memory_id, space, owner, owner, alice.client_id)
+            yield (*fields, "team:notes", "fact", f"note.{n}", value, digest, embedding, model)
+
+    copy_memories(api.runtime.settings.database.url, COLUMNS, records())
     [mine[seed["id"]]] = await api.runtime.embedder.embed([seed["value"]])
     assert len(mine) == PER_SPACE
     return alice, mine
@@ -249,12 +255,8 @@ async def test_rows_in_her_spaces_she_cannot_read_never_cost_her_completeness(
     elsewhere = uuid.uuid4()  # a space alice holds no grant on
     hidden = set()
     model = model_tag(api.runtime.embedder)  # the rows are this model's vectors
-    columns = (
-        "tenant_id, id, space_id, owner_id, writer_id, client_id, subject, kind, key, "
-        "value, content_hash, embedding, embedding_model, read_requires"
-    )
     vectors = await api.runtime.embedder.embed(texts[13:])
-    url = api.runtime.settings.database.url
+    url, columns = api.runtime.settings.database.url, ", ".join((*COLUMNS, "read_requires"))
     with (
         psycopg.connect(url, autocommit=True) as conn,
         conn.cursor().copy(f"COPY memories ({columns}) FROM STDIN") as copy,
