@@ -9,6 +9,7 @@ import json
 import os
 import signal
 import socket
+import ssl
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -633,13 +634,14 @@ def cmd_healthcheck(settings: Settings) -> int:
     return 0
 
 
-def _token_verify(settings: Settings) -> str | bool:
+def _token_verify(settings: Settings) -> ssl.SSLContext | bool:
     """How `memgate token` checks the server: against the self-signed certificate of this data
     dir when serve made one, else the system's trust (SSL_CERT_FILE names another bundle)."""
     from service.http.tls import CERT_FILE, TLS_DIR
 
-    if settings.server.tls == "self-signed":
-        return str(settings.database.data_dir / TLS_DIR / CERT_FILE)
+    cert_file = settings.database.data_dir / TLS_DIR / CERT_FILE
+    if settings.server.tls == "self-signed" and cert_file.exists():
+        return ssl.create_default_context(cafile=str(cert_file))
     return True
 
 
