@@ -26,6 +26,7 @@ from service.settings import Settings
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+    from service.auth.keys import KeyEncryptionKey
     from service.http.tls import SelfSigned
     from service.runtime import Runtime
 
@@ -78,6 +79,17 @@ def require_shared_key(settings: Settings) -> None:
     sealed. The embedded default keeps the file (one machine, one data dir)."""
     if settings.database.url and not settings.auth.key_encryption_key:
         raise SharedKeyMissing
+
+
+def _key_encryption_key(settings: Settings) -> KeyEncryptionKey:
+    """The key sealing signing keys; with DATABASE_URL only the shared one (no key file is
+    made behind a refusal)."""
+    from service.auth.keys import KeyEncryptionKey
+
+    require_shared_key(settings)
+    return KeyEncryptionKey.from_setting_or_file(
+        settings.auth.key_encryption_key, settings.database.data_dir
+    )
 
 
 @contextmanager
@@ -436,13 +448,11 @@ def _check_schema_at_head(settings: Settings, url: str) -> None:
 
 async def _check_owner_work_done(settings: Settings, url: str) -> None:
     from service.audit.checkpoints import signing_key
-    from service.auth.keys import KeyEncryptionKey, has_active_key
+    from service.auth.keys import has_active_key
     from service.db.session import create_engine, create_sessionmaker
     from service.identity.service import any_tenant
 
-    kek = KeyEncryptionKey.from_setting_or_file(
-        settings.auth.key_encryption_key, settings.database.data_dir
-    )
+    kek = _key_encryption_key(settings)
     engine = create_engine(url, pool_size=1, role=settings.database.app_role)
     try:
         async with create_sessionmaker(engine)() as session:
@@ -485,23 +495,17 @@ def _stopped_by_signals() -> Iterator[None]:
 
 def _provision_keys(settings: Settings, owner_url: str) -> None:
     """The embedded issuer's first keys, made by the owner: the app role cannot write them."""
-    from service.auth.keys import KeyEncryptionKey
     from service.runtime import as_owner, provision_signing_keys
 
-    kek = KeyEncryptionKey.from_setting_or_file(
-        settings.auth.key_encryption_key, settings.database.data_dir
-    )
+    kek = _key_encryption_key(settings)
     asyncio.run(as_owner(owner_url, lambda s: provision_signing_keys(settings, s, kek)))
 
 
 def _provision_audit_key(settings: Settings, owner_url: str) -> None:
     """The audit signing key, made by the owner: the app role cannot write audit keys."""
-    from service.auth.keys import KeyEncryptionKey
     from service.runtime import as_owner, provision_audit_key
 
-    kek = KeyEncryptionKey.from_setting_or_file(
-        settings.auth.key_encryption_key, settings.database.data_dir
-    )
+    kek = _key_encryption_key(settings)
     asyncio.run(as_owner(owner_url, lambda s: provision_audit_key(s, kek)))
 
 
@@ -537,14 +541,11 @@ def cmd_revision(settings: Settings, message: str) -> int:
 
 def _with_keys(settings: Settings, job: Callable[[Any, Any], Awaitable[T]]) -> T:
     """Run `job(sessionmaker, kek)` against the database as the app role, outside `serve`."""
-    from service.auth.keys import KeyEncryptionKey
     from service.db.session import create_engine, create_sessionmaker
 
     async def run(url: str) -> T:
         engine = create_engine(url, pool_size=1, role=settings.database.app_role)
-        kek = KeyEncryptionKey.from_setting_or_file(
-            settings.auth.key_encryption_key, settings.database.data_dir
-        )
+        kek = _key_encryption_key(settings)
         try:
             return await job(create_sessionmaker(engine), kek)
         finally:
@@ -556,12 +557,9 @@ def _with_keys(settings: Settings, job: Callable[[Any, Any], Awaitable[T]]) -> T
 
 def cmd_rotate_audit_key(settings: Settings) -> int:
     """As the owner, like `keys rotate`: the app role may read audit keys but not write them."""
-    from service.auth.keys import KeyEncryptionKey
     from service.runtime import as_owner, rotate_audit_signing_key
 
-    kek = KeyEncryptionKey.from_setting_or_file(
-        settings.auth.key_encryption_key, settings.database.data_dir
-    )
+    kek = _key_encryption_key(settings)
     with database_urls(settings) as urls:
         kid = asyncio.run(as_owner(urls.owner, lambda s: rotate_audit_signing_key(s, kek)))
     print(f"audit checkpoints are now signed with {kid}")
@@ -571,12 +569,9 @@ def cmd_rotate_audit_key(settings: Settings) -> int:
 def cmd_rotate_keys(settings: Settings) -> int:
     """As the owner (`MEMGATE_MIGRATION_DATABASE_URL`, else `DATABASE_URL`): the app role may
     read signing keys but not write them."""
-    from service.auth.keys import KeyEncryptionKey
     from service.runtime import as_owner, rotate_signing_keys
 
-    kek = KeyEncryptionKey.from_setting_or_file(
-        settings.auth.key_encryption_key, settings.database.data_dir
-    )
+    kek = _key_encryption_key(settings)
     with database_urls(settings) as urls:
         kid = asyncio.run(
             as_owner(urls.owner, lambda sessions: rotate_signing_keys(settings, sessions, kek))

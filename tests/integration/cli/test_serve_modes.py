@@ -264,7 +264,7 @@ def test_plain_http_on_every_address_and_a_shared_database_without_the_key_are_r
     assert line.startswith("memgate serve: refusing plain HTTP on 0.0.0.0, which is not loopback")
     assert "MEMGATE_ALLOW_PLAIN_HTTP=1" in line
     shared = _env(data_dir, _free_port(), DATABASE_URL="postgresql://memgate_api@127.0.0.1:9/x")
-    for command in (("serve",), ("migrate",)):
+    for command in (("serve",), ("migrate",), ("keys", "rotate")):
         line = _refusal(shared, *command)
         assert line.startswith(
             "memgate: DATABASE_URL is set but MEMGATE_KEY_ENCRYPTION_KEY is not"
