@@ -367,7 +367,7 @@ def cmd_serve(settings: Settings, workers: int | None = None, migrate: bool | No
     `--no-migrate` (None: MEMGATE_MIGRATE)."""
     from service.db.migrate import upgrade
     from service.http.server import run_on_uvloop
-    from service.http.tls import check_plain_http, with_tls_files
+    from service.http.tls import check_certificate_files, check_plain_http, with_tls_files
     from service.http.workers import connection_budget, worker_count
     from service.observability.logging import configure_logging
     from service.observability.telemetry import configure_telemetry
@@ -376,6 +376,7 @@ def cmd_serve(settings: Settings, workers: int | None = None, migrate: bool | No
     requested = settings.server.workers if workers is None else workers
     migrate = settings.server.migrate if migrate is None else migrate
     check_plain_http(settings.server)  # before anything starts, the database included
+    check_certificate_files(settings.server)
     configure_logging(json_logs=settings.server.json_logs)
     code = 0
     with (
@@ -599,12 +600,10 @@ def cmd_audit_checkpoint(settings: Settings) -> int:
 
 def _local_url(settings: Settings) -> str:
     """This machine's own listener: loopback when serve binds every address."""
-    from service.http.tls import is_loopback
-
     server = settings.server
     scheme = "https" if server.tls_enabled else "http"
-    host = server.host
-    if host in ("0.0.0.0", "::", "") or is_loopback(host):  # noqa: S104 (compared, not bound)
+    host = server.host.strip("[]")
+    if host in ("0.0.0.0", "::", ""):  # noqa: S104 (compared, not bound)
         host = "127.0.0.1"
     elif ":" in host:
         host = f"[{host}]"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import os
+import ssl
 from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -185,6 +186,24 @@ def _write_private(path: Path, content: bytes) -> None:
     with os.fdopen(fd, "wb") as handle:
         handle.write(content)
     partial.replace(path)
+
+
+def check_certificate_files(server: ServerSettings) -> None:
+    """Load the certificate and key once, before anything starts: a missing file, a wrong
+    password-protected key or a key that does not match stops `serve` with one line (in a
+    worker it would be a traceback per worker)."""
+    if not server.tls_cert_file:
+        return
+    try:
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(
+            server.tls_cert_file, server.tls_key_file, password=lambda: b""
+        )
+    except (OSError, ssl.SSLError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise SystemExit(
+            f"memgate serve: cannot serve TLS with MEMGATE_TLS_CERT_FILE={server.tls_cert_file} "
+            f"and MEMGATE_TLS_KEY_FILE={server.tls_key_file}: {reason}"
+        ) from None
 
 
 def with_tls_files(settings: Settings) -> tuple[Settings, SelfSigned | None]:

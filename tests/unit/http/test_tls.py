@@ -17,6 +17,7 @@ from service.http.headers import security_headers
 from service.http.tls import (
     PlainHttpRefused,
     certificate_hosts,
+    check_certificate_files,
     check_plain_http,
     is_loopback,
     self_signed,
@@ -109,3 +110,22 @@ async def test_hsts_is_on_every_answer_with_tls_and_never_without(tls: bool) -> 
         assert answer.headers["strict-transport-security"] == "max-age=31536000; includeSubDomains"
     else:
         assert "strict-transport-security" not in answer.headers
+
+
+def test_certificate_files_that_cannot_serve_stop_serve_with_one_line(tmp_path: Path) -> None:
+    made = self_signed(tmp_path, ["localhost"])
+    other = self_signed(tmp_path / "other", ["localhost"])
+    check_certificate_files(
+        ServerSettings(tls_cert_file=str(made.cert_file), tls_key_file=str(made.key_file))
+    )
+    cases = {
+        "No such file or directory": (str(tmp_path / "missing.crt"), str(made.key_file)),
+        "KEY_VALUES_MISMATCH": (str(made.cert_file), str(other.key_file)),
+    }
+    for reason, (cert, key) in cases.items():
+        with pytest.raises(SystemExit) as refused:
+            check_certificate_files(ServerSettings(tls_cert_file=cert, tls_key_file=key))
+        message = str(refused.value.code)
+        assert message.startswith("memgate serve: cannot serve TLS with MEMGATE_TLS_CERT_FILE=")
+        assert reason in message
+        assert "\n" not in message
