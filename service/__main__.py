@@ -9,6 +9,7 @@ import json
 import os
 import signal
 import socket
+import ssl
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -25,6 +26,8 @@ from service.settings import Settings
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+    from service.auth.keys import KeyEncryptionKey
+    from service.http.tls import SelfSigned
     from service.runtime import Runtime
 
 T = TypeVar("T")
@@ -49,14 +52,56 @@ class DatabaseUrls:
 
         return provision_app_login(self.owner, settings.database.app_role)
 
+    def existing_app_login(self) -> str:
+        """The app's login without making it (`serve --no-migrate`: `memgate migrate` did)."""
+        if self.app is not None:
+            return self.app
+        from service.db.roles import app_login_url
+
+        return app_login_url(self.owner)
+
+
+class SharedKeyMissing(SystemExit):
+    """DATABASE_URL is set but MEMGATE_KEY_ENCRYPTION_KEY is not."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "memgate: DATABASE_URL is set but MEMGATE_KEY_ENCRYPTION_KEY is not: every replica "
+            "and the migration Job must seal and open the signing keys with the same key; set "
+            'it (32 random bytes, base64url: python -c "import base64,os; '
+            'print(base64.urlsafe_b64encode(os.urandom(32)).decode())").'
+        )
+
+
+def require_shared_key(settings: Settings) -> None:
+    """Against a database of its own (DATABASE_URL) a process may not fall back to a key file
+    in its data dir: each pod would make its own and could not open the keys the others
+    sealed. The embedded default keeps the file (one machine, one data dir)."""
+    if settings.database.url and not settings.auth.key_encryption_key:
+        raise SharedKeyMissing
+
+
+def _key_encryption_key(settings: Settings) -> KeyEncryptionKey:
+    """The key sealing signing keys; with DATABASE_URL only the shared one (no key file is
+    made behind a refusal)."""
+    from service.auth.keys import KeyEncryptionKey
+
+    require_shared_key(settings)
+    return KeyEncryptionKey.from_setting_or_file(
+        settings.auth.key_encryption_key, settings.database.data_dir
+    )
+
 
 @contextmanager
-def database_urls(settings: Settings) -> Iterator[DatabaseUrls]:
+def database_urls(settings: Settings, *, needs_key: bool = True) -> Iterator[DatabaseUrls]:
     """`DATABASE_URL` (the app's login) and `MEMGATE_MIGRATION_DATABASE_URL` (the owner; default
     the same URL) when set, nothing started; otherwise the embedded cluster, where the service
     makes the app's login itself, stopped cleanly on exit if this process started it (a cluster
-    another live process started, e.g. a running `serve`, is used and left running)."""
+    another live process started, e.g. a running `serve`, is used and left running).
+    `needs_key`: the command opens sealed keys, so DATABASE_URL needs the shared key."""
     database = settings.database
+    if needs_key:
+        require_shared_key(settings)
     if database.url:
         yield DatabaseUrls(owner=database.migration_url or database.url, app=database.url)
         return
@@ -111,6 +156,12 @@ async def _bootstrap(
                     {"tenant_id": str(created.tenant_id), "client_id": str(created.client_id)}
                 ),
             )
+    return _admin_client(settings)
+
+
+def _admin_client(settings: Settings) -> AdminClient | None:
+    """The bootstrap admin client this data dir holds (None: the bootstrap ran elsewhere)."""
+    data_dir = settings.database.data_dir
     info_file = data_dir / ADMIN_CLIENT_FILE
     if not info_file.exists():
         return None
@@ -118,13 +169,38 @@ async def _bootstrap(
     return AdminClient(info["tenant_id"], info["client_id"], data_dir / ADMIN_SECRET_FILE)
 
 
+async def _bootstrap_as_app(settings: Settings, url: str) -> AdminClient | None:
+    """`_bootstrap` on a short-lived engine of the app's login (the parent of workers, and
+    `memgate migrate`, hold no runtime)."""
+    from service.db.session import create_engine, create_sessionmaker
+
+    engine = create_engine(url, pool_size=1, role=settings.database.app_role)
+    try:
+        return await _bootstrap(settings, create_sessionmaker(engine))
+    finally:
+        await engine.dispose()
+
+
 def _print_banner(
-    settings: Settings, admin: AdminClient | None, started: float, workers: int = 1
+    settings: Settings,
+    admin: AdminClient | None,
+    started: float,
+    workers: int = 1,
+    self_signed: SelfSigned | None = None,
 ) -> None:
     url = settings.server.public_url
     lines = [f"memgate is ready at {url} (started in {time.perf_counter() - started:.1f} s)"]
     if workers > 1:
         lines.append(f"  workers:         {workers} processes on one socket")
+    curl = "curl -sS --fail-with-body"
+    if self_signed is not None:
+        lines += [
+            f"  TLS:             self-signed certificate {self_signed.cert_file}",
+            f"  SHA-256 fingerprint: {self_signed.fingerprint}",
+        ]
+        curl += f" --cacert {self_signed.cert_file}"
+    elif settings.server.tls_enabled:
+        lines.append(f"  TLS:             certificate {settings.server.tls_cert_file}")
     if admin is None:
         lines.append("  bootstrap was done elsewhere; use your admin client's credentials.")
     else:
@@ -133,7 +209,7 @@ def _print_banner(
             f"  admin client id: {admin.client_id}",
             f"  admin secret:    in {admin.secret_file} (mode 0600)",
             "  get a token:",
-            f'    curl -sS --fail-with-body -X POST {url}/oauth/token -u "{admin.client_id}:$(cat '
+            f'    {curl} -X POST {url}/oauth/token -u "{admin.client_id}:$(cat '
             f'{admin.secret_file})" -d grant_type=client_credentials',
             "  or: memgate token",
         ]
@@ -186,6 +262,8 @@ async def _listen(
                 settings.server.host,
                 settings.server.port,
                 parser=settings.server.http_parser,
+                tls_cert_file=settings.server.tls_cert_file,
+                tls_key_file=settings.server.tls_key_file,
             )
         )
 
@@ -212,50 +290,66 @@ async def _listen(
             await scraping
 
 
-async def _serve(settings: Settings, url: str, owner_url: str, started: float) -> None:
+@dataclass(frozen=True)
+class Start:
+    """What `serve` found or made before it listens."""
+
+    url: str
+    """The app's login."""
+    owner_url: str | None
+    """The owner's login for the one-time owner work; None: `--no-migrate`, all done already."""
+    started: float
+    admin: AdminClient | None = None
+    """With `owner_url` None: the bootstrap admin this data dir holds (checked by
+    `_ready_without_owner`); otherwise found by the bootstrap serve runs."""
+    self_signed: SelfSigned | None = None
+
+
+async def _serve(settings: Settings, start: Start) -> None:
     """One process (`--workers 1`): the runtime, bootstrap, the banner and the listeners."""
-    # serve migrates as the owner already, so it also makes missing signing keys as the owner.
-    runtime = await _runtime(settings, url, owner_url)
+    # serve migrates as the owner already, so it also makes missing signing keys as the owner;
+    # with --no-migrate it may not, and `_ready_without_owner` checked they exist.
+    runtime = await _runtime(settings, start.url, start.owner_url)
     try:
-        admin = await _bootstrap(settings, runtime.sessionmaker)
-        await _listen(settings, runtime, lambda: _print_banner(settings, admin, started))
+        admin = start.admin
+        if start.owner_url is not None:
+            admin = await _bootstrap(settings, runtime.sessionmaker)
+        await _listen(
+            settings,
+            runtime,
+            lambda: _print_banner(settings, admin, start.started, 1, start.self_signed),
+        )
     finally:
         await runtime.close()
 
 
-def _serve_workers(settings: Settings, url: str, owner_url: str, started: float, count: int) -> int:
-    """N workers on one socket. The parent makes the keys and the bootstrap admin once, binds
-    the socket, starts the workers, prints the banner once they all accept, and waits; a signal
-    (or one worker's exit) stops them all, then the caller stops the embedded database."""
-    from service.db.session import create_engine, create_sessionmaker
+def _serve_workers(settings: Settings, start: Start, count: int) -> int:
+    """N workers on one socket. The parent makes the keys and the bootstrap admin once (unless
+    `--no-migrate`: then they exist already), binds the socket, starts the workers, prints the
+    banner once they all accept, and waits; a signal (or one worker's exit) stops them all,
+    then the caller stops the embedded database."""
     from service.http.server import bind
     from service.http.workers import Workers, serve_worker, worker_settings
 
-    if settings.auth.embedded_issuer:
-        _provision_keys(settings, owner_url)
-    _provision_audit_key(settings, owner_url)
-
-    async def bootstrap() -> AdminClient | None:
-        engine = create_engine(url, pool_size=1, role=settings.database.app_role)
-        try:
-            return await _bootstrap(settings, create_sessionmaker(engine))
-        finally:
-            await engine.dispose()
-
-    admin = asyncio.run(bootstrap())
+    admin = start.admin
+    if start.owner_url is not None:
+        if settings.auth.embedded_issuer:
+            _provision_keys(settings, start.owner_url)
+        _provision_audit_key(settings, start.owner_url)
+        admin = asyncio.run(_bootstrap_as_app(settings, start.url))
     try:
         sock = bind(settings.server.host, settings.server.port)
     except OSError as exc:
         where = f"{settings.server.host}:{settings.server.port}"
         print(f"memgate serve: cannot listen on {where}: {exc.strerror}", file=sys.stderr)
         return 1
-    workers = Workers(serve_worker, lambda i: (worker_settings(settings, i), url), sock)
+    workers = Workers(serve_worker, lambda i: (worker_settings(settings, i), start.url), sock)
     try:
         workers.start(count)
         if not workers.wait_ready(WORKER_START_SECONDS):
             print("memgate serve: a worker did not start; stopping.", file=sys.stderr)
             return 1
-        _print_banner(settings, admin, started, count)
+        _print_banner(settings, admin, start.started, count, start.self_signed)
         exited = workers.wait_for_an_exit()
         # A worker exited unasked (crash, OOM kill): fail the whole serve, so a supervisor
         # (systemd, Kubernetes) restarts it rather than it running on with fewer workers.
@@ -268,16 +362,21 @@ def _serve_workers(settings: Settings, url: str, owner_url: str, started: float,
         sock.close()
 
 
-def cmd_serve(settings: Settings, workers: int | None = None) -> int:
-    """`workers`: the `--workers` flag (None: MEMGATE_WORKERS)."""
+def cmd_serve(settings: Settings, workers: int | None = None, migrate: bool | None = None) -> int:
+    """`workers`: the `--workers` flag (None: MEMGATE_WORKERS); `migrate`: False for
+    `--no-migrate` (None: MEMGATE_MIGRATE)."""
     from service.db.migrate import upgrade
     from service.http.server import run_on_uvloop
+    from service.http.tls import check_certificate_files, check_plain_http, with_tls_files
     from service.http.workers import connection_budget, worker_count
     from service.observability.logging import configure_logging
     from service.observability.telemetry import configure_telemetry
 
     started = time.perf_counter()
     requested = settings.server.workers if workers is None else workers
+    migrate = settings.server.migrate if migrate is None else migrate
+    check_plain_http(settings.server)  # before anything starts, the database included
+    check_certificate_files(settings.server)
     configure_logging(json_logs=settings.server.json_logs)
     code = 0
     with (
@@ -285,16 +384,89 @@ def cmd_serve(settings: Settings, workers: int | None = None) -> int:
         suppress(KeyboardInterrupt, Stopped),
         database_urls(settings) as urls,
     ):
-        upgrade(urls.owner)
-        app_url = urls.app_login(settings)
-        budget = None if requested == 1 else connection_budget(urls.owner)
+        settings, self_signed = with_tls_files(settings)
+        if migrate:
+            upgrade(urls.owner)
+            start = Start(urls.app_login(settings), urls.owner, started, self_signed=self_signed)
+        else:
+            url = urls.existing_app_login()
+            admin = _ready_without_owner(settings, url)
+            start = Start(url, None, started, admin, self_signed)
+        budget = None if requested == 1 else connection_budget(start.owner_url or start.url)
         count = worker_count(requested, os.cpu_count() or 1, settings.database.pool_size, budget)
         if count == 1:
             configure_telemetry(settings.observability)
-            run_on_uvloop(_serve(settings, app_url, urls.owner, started))
+            run_on_uvloop(_serve(settings, start))
         else:
-            code = _serve_workers(settings, app_url, urls.owner, started, count)
+            code = _serve_workers(settings, start, count)
     return code
+
+
+class NotMigrated(SystemExit):
+    """`serve --no-migrate` found owner work undone (schema, keys, bootstrap)."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(
+            f"memgate serve --no-migrate: {what}; run `memgate migrate` first (as the owner, "
+            "MEMGATE_MIGRATION_DATABASE_URL, with the same MEMGATE_KEY_ENCRYPTION_KEY)."
+        )
+
+
+def _ready_without_owner(settings: Settings, url: str) -> AdminClient | None:
+    """`serve --no-migrate` as the app's login alone: refuse to start unless the schema is at
+    this code's head and the owner's one-time work is done (signing keys this key-encryption
+    key opens, the bootstrap tenant). Returns the bootstrap admin this data dir holds."""
+    _check_schema_at_head(settings, url)
+    asyncio.run(_check_owner_work_done(settings, url))
+    return _admin_client(settings)
+
+
+def _check_schema_at_head(settings: Settings, url: str) -> None:
+    from psycopg import sql
+
+    from service.db.migrate import head_revision
+
+    head = head_revision()
+    try:
+        # visible: ok reads the schema version only
+        with psycopg.connect(url, autocommit=True, connect_timeout=10) as conn:
+            conn.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(settings.database.app_role)))
+            row = conn.execute("SELECT version_num FROM alembic_version").fetchone()
+    except psycopg.errors.UndefinedTable:
+        raise NotMigrated("the database has no memgate schema") from None
+    except psycopg.errors.InvalidParameterValue:
+        raise NotMigrated(f"the app role {settings.database.app_role} does not exist") from None
+    except psycopg.OperationalError as exc:
+        reason = (str(exc).strip().splitlines() or ["no reason given"])[-1]
+        raise SystemExit(
+            f"memgate serve --no-migrate: cannot log in as the app ({reason}); check "
+            "DATABASE_URL, or run `memgate migrate` first (it makes the embedded app login)."
+        ) from None
+    current = None if row is None else row[0]
+    if current != head:
+        raise NotMigrated(f"the schema is at {current}, this memgate needs {head}")
+
+
+async def _check_owner_work_done(settings: Settings, url: str) -> None:
+    from service.audit.checkpoints import signing_key
+    from service.auth.keys import has_active_key
+    from service.db.session import create_engine, create_sessionmaker
+    from service.identity.service import any_tenant
+
+    kek = _key_encryption_key(settings)
+    engine = create_engine(url, pool_size=1, role=settings.database.app_role)
+    try:
+        async with create_sessionmaker(engine)() as session:
+            if settings.auth.embedded_issuer and not await has_active_key(session):
+                raise NotMigrated("the embedded issuer has no signing key")
+            if await signing_key(session, kek) is None:
+                raise NotMigrated(
+                    "there is no audit signing key this MEMGATE_KEY_ENCRYPTION_KEY opens"
+                )
+            if not await any_tenant(session):
+                raise NotMigrated("no tenant was bootstrapped")
+    finally:
+        await engine.dispose()
 
 
 class Stopped(BaseException):
@@ -324,27 +496,24 @@ def _stopped_by_signals() -> Iterator[None]:
 
 def _provision_keys(settings: Settings, owner_url: str) -> None:
     """The embedded issuer's first keys, made by the owner: the app role cannot write them."""
-    from service.auth.keys import KeyEncryptionKey
     from service.runtime import as_owner, provision_signing_keys
 
-    kek = KeyEncryptionKey.from_setting_or_file(
-        settings.auth.key_encryption_key, settings.database.data_dir
-    )
+    kek = _key_encryption_key(settings)
     asyncio.run(as_owner(owner_url, lambda s: provision_signing_keys(settings, s, kek)))
 
 
 def _provision_audit_key(settings: Settings, owner_url: str) -> None:
     """The audit signing key, made by the owner: the app role cannot write audit keys."""
-    from service.auth.keys import KeyEncryptionKey
     from service.runtime import as_owner, provision_audit_key
 
-    kek = KeyEncryptionKey.from_setting_or_file(
-        settings.auth.key_encryption_key, settings.database.data_dir
-    )
+    kek = _key_encryption_key(settings)
     asyncio.run(as_owner(owner_url, lambda s: provision_audit_key(s, kek)))
 
 
 def cmd_migrate(settings: Settings) -> int:
+    """The migration Job's command: the schema to head, then the one-time work `serve
+    --no-migrate` may not do (signing keys and audit key as the owner; the app's login on the
+    embedded cluster; the bootstrap tenant and admin client, as the app)."""
     from service.db.migrate import upgrade
 
     with database_urls(settings) as urls:
@@ -352,14 +521,20 @@ def cmd_migrate(settings: Settings) -> int:
         if settings.auth.embedded_issuer:
             _provision_keys(settings, urls.owner)
         _provision_audit_key(settings, urls.owner)
+        admin = asyncio.run(_bootstrap_as_app(settings, urls.app_login(settings)))
     print("migrations at head")
+    if admin is not None:
+        print(
+            f"bootstrap admin client {admin.client_id} of tenant {admin.tenant_id}; "
+            f"its secret is in {admin.secret_file} (mode 0600)"
+        )
     return 0
 
 
 def cmd_revision(settings: Settings, message: str) -> int:
     from service.db.migrate import new_revision, upgrade
 
-    with database_urls(settings) as urls:
+    with database_urls(settings, needs_key=False) as urls:
         upgrade(urls.owner)
         new_revision(urls.owner, message)
     return 0
@@ -367,14 +542,11 @@ def cmd_revision(settings: Settings, message: str) -> int:
 
 def _with_keys(settings: Settings, job: Callable[[Any, Any], Awaitable[T]]) -> T:
     """Run `job(sessionmaker, kek)` against the database as the app role, outside `serve`."""
-    from service.auth.keys import KeyEncryptionKey
     from service.db.session import create_engine, create_sessionmaker
 
     async def run(url: str) -> T:
         engine = create_engine(url, pool_size=1, role=settings.database.app_role)
-        kek = KeyEncryptionKey.from_setting_or_file(
-            settings.auth.key_encryption_key, settings.database.data_dir
-        )
+        kek = _key_encryption_key(settings)
         try:
             return await job(create_sessionmaker(engine), kek)
         finally:
@@ -386,12 +558,9 @@ def _with_keys(settings: Settings, job: Callable[[Any, Any], Awaitable[T]]) -> T
 
 def cmd_rotate_audit_key(settings: Settings) -> int:
     """As the owner, like `keys rotate`: the app role may read audit keys but not write them."""
-    from service.auth.keys import KeyEncryptionKey
     from service.runtime import as_owner, rotate_audit_signing_key
 
-    kek = KeyEncryptionKey.from_setting_or_file(
-        settings.auth.key_encryption_key, settings.database.data_dir
-    )
+    kek = _key_encryption_key(settings)
     with database_urls(settings) as urls:
         kid = asyncio.run(as_owner(urls.owner, lambda s: rotate_audit_signing_key(s, kek)))
     print(f"audit checkpoints are now signed with {kid}")
@@ -401,12 +570,9 @@ def cmd_rotate_audit_key(settings: Settings) -> int:
 def cmd_rotate_keys(settings: Settings) -> int:
     """As the owner (`MEMGATE_MIGRATION_DATABASE_URL`, else `DATABASE_URL`): the app role may
     read signing keys but not write them."""
-    from service.auth.keys import KeyEncryptionKey
     from service.runtime import as_owner, rotate_signing_keys
 
-    kek = KeyEncryptionKey.from_setting_or_file(
-        settings.auth.key_encryption_key, settings.database.data_dir
-    )
+    kek = _key_encryption_key(settings)
     with database_urls(settings) as urls:
         kid = asyncio.run(
             as_owner(urls.owner, lambda sessions: rotate_signing_keys(settings, sessions, kek))
@@ -432,6 +598,47 @@ def cmd_audit_checkpoint(settings: Settings) -> int:
     return 0
 
 
+def _local_url(settings: Settings) -> str:
+    """This machine's own listener: loopback when serve binds every address."""
+    server = settings.server
+    scheme = "https" if server.tls_enabled else "http"
+    host = server.host.strip("[]")
+    if host in ("0.0.0.0", "::", ""):  # noqa: S104 (compared, not bound)
+        host = "127.0.0.1"
+    elif ":" in host:
+        host = f"[{host}]"
+    return f"{scheme}://{host}:{server.port}"
+
+
+def cmd_healthcheck(settings: Settings) -> int:
+    """Liveness of the server on this machine (the image's HEALTHCHECK): its certificate names
+    the public host, not the address probed here, so it is not verified; nothing is sent but
+    the probe, and the answer's body is not trusted for anything."""
+    import httpx
+
+    url = f"{_local_url(settings)}/healthz"
+    try:
+        answer = httpx.get(url, timeout=5, verify=False)  # noqa: S501 (liveness probe of our own socket)
+    except httpx.HTTPError as exc:
+        print(f"memgate healthcheck: {url}: {exc.__class__.__name__}", file=sys.stderr)
+        return 1
+    if answer.status_code != 200:
+        print(f"memgate healthcheck: {url} answered {answer.status_code}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _token_verify(settings: Settings) -> ssl.SSLContext | bool:
+    """How `memgate token` checks the server: against the self-signed certificate of this data
+    dir when serve made one, else the system's trust (SSL_CERT_FILE names another bundle)."""
+    from service.http.tls import CERT_FILE, TLS_DIR
+
+    cert_file = settings.database.data_dir / TLS_DIR / CERT_FILE
+    if settings.server.tls == "self-signed" and cert_file.exists():
+        return ssl.create_default_context(cafile=str(cert_file))
+    return True
+
+
 def cmd_token(settings: Settings, scopes: list[str] | None) -> int:
     """Failures are one line on stderr naming what to fix; no traceback."""
     import httpx
@@ -455,7 +662,9 @@ def cmd_token(settings: Settings, scopes: list[str] | None) -> int:
         form["scope"] = " ".join(scopes)
     url = f"{settings.server.public_url}/oauth/token"
     try:
-        response = httpx.post(url, data=form, auth=(client_id, secret), timeout=10)
+        response = httpx.post(
+            url, data=form, auth=(client_id, secret), timeout=10, verify=_token_verify(settings)
+        )
     except httpx.HTTPError as exc:
         print(
             f"memgate token: cannot reach {url} ({exc.__class__.__name__}); is memgate serve "
@@ -620,8 +829,18 @@ def build_parser() -> argparse.ArgumentParser:
         "serve",
         "start memgate (embedded database unless DATABASE_URL)",
         "Migrates to head, bootstraps a default tenant and admin client on first start, and "
-        "serves on MEMGATE_HOST:MEMGATE_PORT. Ctrl-C, SIGTERM or SIGHUP stop it and the "
-        "embedded database it started.",
+        "serves on MEMGATE_HOST:MEMGATE_PORT (HTTPS with MEMGATE_TLS_CERT_FILE/KEY_FILE or "
+        "MEMGATE_TLS=self-signed; plain HTTP on loopback only unless MEMGATE_ALLOW_PLAIN_HTTP). "
+        "Ctrl-C, SIGTERM or SIGHUP stop it and the embedded database it started.",
+    )
+    serve.add_argument(
+        "--no-migrate",
+        dest="migrate",
+        action="store_false",
+        default=None,
+        help="do not migrate (MEMGATE_MIGRATE=0): run as the app's login (DATABASE_URL) alone, "
+        "and refuse to start unless `memgate migrate` brought the schema to head and made the "
+        "keys and the bootstrap tenant; what API pods run after the migration Job",
     )
     serve.add_argument(
         "--workers",
@@ -630,7 +849,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="worker processes on the one socket (default MEMGATE_WORKERS, else 0: one per "
         "core, as many as the database's connections allow); 1: a single process",
     )
-    command(commands, "migrate", "run database migrations to head")
+    command(
+        commands,
+        "migrate",
+        "run database migrations to head",
+        "As the owner (MEMGATE_MIGRATION_DATABASE_URL, else DATABASE_URL); also makes the "
+        "signing keys and the audit key, and bootstraps the first tenant and admin client: "
+        "the migration Job's command, before `serve --no-migrate` pods.",
+    )
+    command(
+        commands,
+        "healthcheck",
+        "exit 0 when the local server answers /healthz (the container's HEALTHCHECK)",
+    )
     revision = command(commands, "revision", "autogenerate a migration from the models")
     revision.add_argument("-m", "--message", required=True, help="the migration's title")
     keys = command(
@@ -726,9 +957,15 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
 
-    settings = Settings.from_env()
+    try:
+        settings = Settings.from_env()
+    except ValueError as exc:
+        print(f"memgate: {exc}", file=sys.stderr)
+        return 2
     if args.command == "serve":
-        return cmd_serve(settings, args.workers)
+        return cmd_serve(settings, args.workers, args.migrate)
+    if args.command == "healthcheck":
+        return cmd_healthcheck(settings)
     if args.command == "migrate":
         return cmd_migrate(settings)
     if args.command == "revision":

@@ -154,7 +154,8 @@ def create_app(runtime: Runtime | None = None) -> Litestar:
         # Inside the access log (which reports the status the caller really got: a 503 when the
         # call could not be recorded).
         handler = http_calls(handler, runtime)
-    app.asgi_handler = request_context_middleware(security_headers(handler))
+    tls = runtime is not None and runtime.settings.server.tls_enabled
+    app.asgi_handler = request_context_middleware(security_headers(handler, hsts=tls))
     # Tests only (off: the app itself): each problem answered is one its operation declares.
     app.asgi_handler = check_answered_problems(app.asgi_handler)
     # The OpenTelemetry server span outermost, so the access line is written inside it and

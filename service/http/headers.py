@@ -8,13 +8,16 @@ from litestar.types import ASGIApp, Message, Receive, Scope, Send
 _CACHE_CONTROL = b"cache-control"
 _NOSNIFF = (b"x-content-type-options", b"nosniff")
 _NO_STORE = (_CACHE_CONTROL, b"no-store")
+_HSTS = (b"strict-transport-security", b"max-age=31536000; includeSubDomains")
 
 
-def security_headers(app: ASGIApp) -> ASGIApp:
+def security_headers(app: ASGIApp, *, hsts: bool = False) -> ASGIApp:
     """`X-Content-Type-Options: nosniff` on every answer, and `Cache-Control: no-store` on every
     answer that does not set its own: answers hold memories, policy and audit rows of one
     caller, and a shared cache (proxy, CDN, browser) must never keep one for the next. Outside
-    Litestar, so 401s from authentication and 404s for unknown routes carry them too."""
+    Litestar, so 401s from authentication and 404s for unknown routes carry them too.
+    `hsts` (serve terminates TLS): `Strict-Transport-Security` on every answer too; never
+    over plain HTTP, where it would be meaningless (RFC 6797) and a proxy in front owns it."""
 
     async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != ScopeType.HTTP:
@@ -26,6 +29,8 @@ def security_headers(app: ASGIApp) -> ASGIApp:
                 headers = list(message.get("headers", []))
                 names = {bytes(name).lower() for name, _ in headers}
                 headers.append(_NOSNIFF)
+                if hsts:
+                    headers.append(_HSTS)
                 if _CACHE_CONTROL not in names:
                     headers.append(_NO_STORE)
                 message["headers"] = headers

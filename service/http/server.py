@@ -96,12 +96,24 @@ PROTOCOLS: dict[str, type[H11Protocol] | type[HttpToolsProtocol]] = {
 """Pinned rather than uvicorn's "auto" choice, which would pick a parser nothing counts."""
 
 
-def listener_config(app: Any, host: str, port: int, *, parser: str = "httptools") -> uvicorn.Config:
+def listener_config(
+    app: Any,
+    host: str,
+    port: int,
+    *,
+    parser: str = "httptools",
+    tls_cert_file: str = "",
+    tls_key_file: str = "",
+) -> uvicorn.Config:
     """How every memgate listener runs (tests start the same one on loopback): uvloop, our access
     log instead of uvicorn's, parser rejections counted, and no `server: uvicorn` header (naming
-    the software, and so its known bugs, helps only an attacker)."""
+    the software, and so its known bugs, helps only an attacker). With certificate files it
+    terminates TLS (uvicorn's defaults: TLS 1.2 and later, the ssl module's ciphers), also on a
+    socket bound beforehand (`serve --workers N`)."""
     return uvicorn.Config(
         app,
+        ssl_certfile=tls_cert_file or None,
+        ssl_keyfile=tls_key_file or None,
         host=host,
         port=port,
         loop="uvloop",

@@ -1,7 +1,8 @@
 """`memgate serve --workers N`: how many worker processes, and their supervision by the parent.
 
 The parent does everything that must happen once (the embedded database, migrations, keys,
-bootstrap, the banner) and binds the public socket; each worker is a fresh interpreter (spawn,
+bootstrap, the TLS certificate, the banner; with `--no-migrate` it checks the migration Job did
+the owner's part instead) and binds the public socket; each worker is a fresh interpreter (spawn,
 not fork: the parent's threads, locks, pools and OpenTelemetry providers do not survive a fork)
 that builds its own runtime and app and accepts on that socket. See docs/architecture.md,
 "Serving".

@@ -1,0 +1,131 @@
+"""HTTPS without a proxy: the self-signed development certificate (names, mode, reuse), the
+rule that plain HTTP stays on loopback, https as the default public URL with TLS, and HSTS only
+when serve terminates TLS."""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes
+from litestar import Litestar
+from litestar.testing import AsyncTestClient
+
+from service.http.headers import security_headers
+from service.http.tls import (
+    PlainHttpRefused,
+    certificate_hosts,
+    check_certificate_files,
+    check_plain_http,
+    is_loopback,
+    self_signed,
+)
+from service.settings import ServerSettings
+
+EVERY_ADDRESS = "0.0.0.0"  # noqa: S104 (a setting under test: nothing here binds it)
+
+
+def _names(cert_file: Path) -> set[str]:
+    cert = x509.load_pem_x509_certificate(cert_file.read_bytes())
+    sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    return {str(n) for n in sans.get_values_for_type(x509.DNSName)} | {
+        str(ip) for ip in sans.get_values_for_type(x509.IPAddress)
+    }
+
+
+def test_the_self_signed_certificate_names_loopback_and_the_public_host(tmp_path: Path) -> None:
+    server = ServerSettings(
+        host=EVERY_ADDRESS, public_url="https://memgate.example:8443", tls="self-signed"
+    )
+    hosts = certificate_hosts(server)
+    assert hosts == ["localhost", "127.0.0.1", "::1", "memgate.example"]  # 0.0.0.0 names no host
+    made = self_signed(tmp_path, hosts)
+    assert _names(made.cert_file) == {"localhost", "127.0.0.1", "::1", "memgate.example"}
+    for path in (made.cert_file, made.key_file):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    cert = x509.load_pem_x509_certificate(made.cert_file.read_bytes())
+    assert made.fingerprint == cert.fingerprint(hashes.SHA256()).hex(":").upper()
+    assert len(made.fingerprint.split(":")) == 32
+
+
+def test_the_self_signed_certificate_is_reused_until_a_host_is_missing(tmp_path: Path) -> None:
+    first = self_signed(tmp_path, ["localhost", "127.0.0.1", "::1"])
+    again = self_signed(tmp_path, ["localhost", "127.0.0.1", "::1"])
+    assert again.fingerprint == first.fingerprint
+    assert again.key_file.read_bytes() == first.key_file.read_bytes()
+    moved = self_signed(tmp_path, ["localhost", "127.0.0.1", "::1", "api.example"])
+    assert moved.fingerprint != first.fingerprint
+    assert "api.example" in _names(moved.cert_file)
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.0.0.2", "::1", "[::1]", "localhost"])
+def test_plain_http_on_loopback_is_fine(host: str) -> None:
+    assert is_loopback(host)
+    check_plain_http(ServerSettings(host=host))
+
+
+@pytest.mark.parametrize("host", [EVERY_ADDRESS, "::", "10.1.2.3", "memgate.internal"])
+def test_plain_http_elsewhere_is_refused_unless_allowed(host: str) -> None:
+    with pytest.raises(PlainHttpRefused) as refused:
+        check_plain_http(ServerSettings(host=host))
+    assert "MEMGATE_ALLOW_PLAIN_HTTP=1" in str(refused.value.code)
+    assert "\n" not in str(refused.value.code)
+    check_plain_http(ServerSettings(host=host, allow_plain_http=True))
+    check_plain_http(ServerSettings(host=host, tls="self-signed"))
+    check_plain_http(ServerSettings(host=host, tls_cert_file="c.pem", tls_key_file="k.pem"))
+
+
+def test_public_url_defaults_to_https_with_tls(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("MEMGATE_PUBLIC_URL", "MEMGATE_TLS_CERT_FILE", "MEMGATE_TLS_KEY_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("MEMGATE_PORT", "8443")
+    monkeypatch.setenv("MEMGATE_TLS", "self-signed")
+    assert ServerSettings.from_env().public_url == "https://127.0.0.1:8443"
+    monkeypatch.setenv("MEMGATE_TLS", "off")
+    assert ServerSettings.from_env().public_url == "http://127.0.0.1:8443"
+    monkeypatch.setenv("MEMGATE_TLS_CERT_FILE", "/certs/tls.crt")
+    monkeypatch.setenv("MEMGATE_TLS_KEY_FILE", "/certs/tls.key")
+    assert ServerSettings.from_env().public_url == "https://127.0.0.1:8443"
+
+
+def test_tls_settings_that_do_not_fit_are_refused() -> None:
+    with pytest.raises(ValueError, match="go together"):
+        ServerSettings(tls_cert_file="c.pem")
+    with pytest.raises(ValueError, match="exclude each other"):
+        ServerSettings(tls="self-signed", tls_cert_file="c.pem", tls_key_file="k.pem")
+    with pytest.raises(ValueError, match="MEMGATE_TLS must be"):
+        ServerSettings(tls="yes")
+
+
+@pytest.mark.parametrize("tls", [True, False])
+async def test_hsts_is_on_every_answer_with_tls_and_never_without(tls: bool) -> None:
+    app = Litestar(route_handlers=[])
+    app.asgi_handler = security_headers(app.asgi_handler, hsts=tls)  # as create_app wires it
+    async with AsyncTestClient(app=app) as client:
+        answer = await client.get("/nowhere")  # an answer Litestar's router makes
+    assert answer.status_code == 404
+    if tls:
+        assert answer.headers["strict-transport-security"] == "max-age=31536000; includeSubDomains"
+    else:
+        assert "strict-transport-security" not in answer.headers
+
+
+def test_certificate_files_that_cannot_serve_stop_serve_with_one_line(tmp_path: Path) -> None:
+    made = self_signed(tmp_path, ["localhost"])
+    other = self_signed(tmp_path / "other", ["localhost"])
+    check_certificate_files(
+        ServerSettings(tls_cert_file=str(made.cert_file), tls_key_file=str(made.key_file))
+    )
+    cases = {
+        "No such file or directory": (str(tmp_path / "missing.crt"), str(made.key_file)),
+        "KEY_VALUES_MISMATCH": (str(made.cert_file), str(other.key_file)),
+    }
+    for reason, (cert, key) in cases.items():
+        with pytest.raises(SystemExit) as refused:
+            check_certificate_files(ServerSettings(tls_cert_file=cert, tls_key_file=key))
+        message = str(refused.value.code)
+        assert message.startswith("memgate serve: cannot serve TLS with MEMGATE_TLS_CERT_FILE=")
+        assert reason in message
+        assert "\n" not in message
