@@ -15,6 +15,8 @@ exception that no longer exists (so the list shrinks as the schema is fixed).
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import psycopg
 import pytest
 
@@ -78,31 +80,61 @@ SELECT src.relname, con.conname, dst.relname,
 """
 
 
+class UniqueKey(NamedTuple):
+    table: str
+    name: str
+    columns: list[str]
+
+
+class ForeignKey(NamedTuple):
+    table: str
+    name: str
+    referenced_table: str
+    columns: list[str]
+    referenced: list[str]
+    table_has_tenant: bool
+    referenced_has_tenant: bool
+
+
+Catalog = tuple[list[UniqueKey], list[ForeignKey]]
+
+
 @pytest.fixture(scope="module")
-def catalog(template_db: str) -> tuple[list[tuple[str, str, list[str]]], list[tuple[object, ...]]]:
+def catalog(template_db: str) -> Catalog:
     with psycopg.connect(template_db) as conn:
-        unique = [(str(r[0]), str(r[1]), list(r[2])) for r in conn.execute(_UNIQUE).fetchall()]
-        foreign = [tuple(r) for r in conn.execute(_FOREIGN_KEYS).fetchall()]
+        unique = [
+            UniqueKey(str(table), str(name), [str(c) for c in columns])
+            for table, name, columns in conn.execute(_UNIQUE).fetchall()
+        ]
+        foreign = [
+            ForeignKey(
+                str(row[0]),
+                str(row[1]),
+                str(row[2]),
+                [str(c) for c in row[3]],
+                [str(c) for c in row[4]],
+                bool(row[5]),
+                bool(row[6]),
+            )
+            for row in conn.execute(_FOREIGN_KEYS).fetchall()
+        ]
     return unique, foreign
 
 
-def test_the_schema_has_tenant_tables(catalog: tuple[list[tuple[str, str, list[str]]], list[tuple[object, ...]]]) -> None:
-    unique, _ = catalog
-    tables = {table for table, _, _ in unique}
+def test_the_schema_has_tenant_tables(catalog: Catalog) -> None:
+    unique, foreign = catalog
+    tables = {key.table for key in unique}
     assert {"memories", "spaces", "principals", "audit_events"} <= tables
-    _, foreign = catalog
-    paired = [row for row in foreign if row[5] and row[6]]
-    assert len(paired) >= 5  # the check below is not vacuous: tenant tables do reference each other
+    paired = [fk for fk in foreign if fk.table_has_tenant and fk.referenced_has_tenant]
+    assert len(paired) >= 5  # the check below is not vacuous: tenant tables reference each other
 
 
-def test_every_unique_key_of_a_tenant_table_leads_with_tenant_id(
-    catalog: tuple[list[tuple[str, str, list[str]]], list[tuple[object, ...]]],
-) -> None:
+def test_every_unique_key_of_a_tenant_table_leads_with_tenant_id(catalog: Catalog) -> None:
     unique, _ = catalog
     violations = {
-        (table, index): columns
-        for table, index, columns in unique
-        if not columns or columns[0] != "tenant_id"
+        (key.table, key.name): key.columns
+        for key in unique
+        if not key.columns or key.columns[0] != "tenant_id"
     }
     unexplained = {key: cols for key, cols in violations.items() if key not in UNIQUE_EXCEPTIONS}
     assert unexplained == {}
@@ -110,18 +142,22 @@ def test_every_unique_key_of_a_tenant_table_leads_with_tenant_id(
     assert stale == set(), "fixed: remove them from UNIQUE_EXCEPTIONS"
 
 
-def test_no_foreign_key_crosses_tenants(
-    catalog: tuple[list[tuple[str, str, list[str]]], list[tuple[object, ...]]],
-) -> None:
+def test_no_foreign_key_crosses_tenants(catalog: Catalog) -> None:
     _, foreign = catalog
     violations: dict[tuple[str, str], str] = {}
-    for src, name, dst, columns, referenced, src_tenant, dst_tenant in foreign:
-        key = (str(src), str(name))
-        pairs = dict(zip(columns, referenced, strict=True))  # type: ignore[call-overload]
-        if src_tenant and dst_tenant and pairs.get("tenant_id") != "tenant_id":
-            violations[key] = f"{src}{columns} -> {dst}{referenced}: tenant_id not paired"
-        elif dst_tenant and not src_tenant:
-            violations[key] = f"{src} (no tenant_id) -> tenant table {dst}"
+    for fk in foreign:
+        pairs = dict(zip(fk.columns, fk.referenced, strict=True))
+        if (
+            fk.table_has_tenant
+            and fk.referenced_has_tenant
+            and pairs.get("tenant_id") != "tenant_id"
+        ):
+            violations[fk.table, fk.name] = (
+                f"{fk.table}{fk.columns} -> {fk.referenced_table}{fk.referenced}: "
+                "tenant_id not paired with tenant_id"
+            )
+        elif fk.referenced_has_tenant and not fk.table_has_tenant:
+            violations[fk.table, fk.name] = f"{fk.table} (no tenant_id) -> {fk.referenced_table}"
     unexplained = {key: why for key, why in violations.items() if key not in FOREIGN_KEY_EXCEPTIONS}
     assert unexplained == {}
     stale = set(FOREIGN_KEY_EXCEPTIONS) - set(violations)

@@ -43,9 +43,11 @@ def scan(docs: list[dict[str, Any]], folder: Path) -> Report:
 
     for index, doc in enumerate(docs):
         (folder / f"{index:03d}-{doc['kind'].lower()}.yaml").write_text(yaml.safe_dump(doc))
-    report = Runner().run(
+    found = Runner().run(
         root_folder=str(folder), runner_filter=RunnerFilter(framework=["kubernetes"])
     )
+    # one runner over one folder answers one report (a list only from several frameworks)
+    (report,) = found if isinstance(found, list) else [found]
     return Report(
         passed=len(report.passed_checks),
         failed=[(c.check_id, c.resource, c.check_name) for c in report.failed_checks],

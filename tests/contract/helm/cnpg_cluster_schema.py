@@ -20,7 +20,8 @@ def _object(properties: dict[str, Any], required: tuple[str, ...] = ()) -> dict[
 
 
 def _names(*names: str) -> dict[str, Any]:
-    return dict.fromkeys(names, {})
+    """Fields the chart does not render: allowed, any value (the name is what is checked)."""
+    return {name: {} for name in names}
 
 
 _STRINGS = {"type": "array", "items": {"type": "string"}}

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +58,9 @@ def rendered() -> dict[str, list[Manifest]]:
 
 
 @pytest.fixture(scope="module", params=sorted(VALUES))
-def case(request: pytest.FixtureRequest, rendered: dict[str, list[Manifest]]) -> tuple[str, list[Manifest]]:
+def case(
+    request: pytest.FixtureRequest, rendered: dict[str, list[Manifest]]
+) -> tuple[str, list[Manifest]]:
     name = str(request.param)
     return name, rendered[name]
 
@@ -106,7 +107,8 @@ def test_every_pod_runs_restricted(docs: list[Manifest]) -> None:
         assert spec["securityContext"]["runAsNonRoot"] is True
         assert spec["securityContext"]["runAsUser"] == 10001
         assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
-        assert "hostNetwork" not in spec and "hostPID" not in spec
+        assert "hostNetwork" not in spec
+        assert "hostPID" not in spec
         for container in containers(doc):
             context = container["securityContext"]
             assert context["runAsNonRoot"] is True
@@ -129,7 +131,7 @@ def test_memgate_pods_write_only_to_their_empty_dirs(docs: list[Manifest]) -> No
         assert all(set(v) == {"name", "emptyDir"} for v in volumes.values())
         for container in containers(doc):
             mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
-            assert mounts == {"/tmp": "tmp", "/data": "data"}
+            assert mounts == {"/tmp": "tmp", "/data": "data"}  # noqa: S108 (emptyDir mounts)
 
 
 def test_the_service_account_mounts_no_token(docs: list[Manifest]) -> None:
@@ -175,7 +177,10 @@ def test_topology_spread_and_disruption_budget(docs: list[Manifest]) -> None:
     selector = one(docs, "Deployment")["spec"]["selector"]["matchLabels"]
     for constraint in spec["topologySpreadConstraints"]:
         assert constraint["labelSelector"]["matchLabels"] == selector
-    assert one(docs, "PodDisruptionBudget")["spec"] == {"minAvailable": 1, "selector": {"matchLabels": selector}}
+    assert one(docs, "PodDisruptionBudget")["spec"] == {
+        "minAvailable": 1,
+        "selector": {"matchLabels": selector},
+    }
 
 
 def test_secrets_are_never_inline_in_env(docs: list[Manifest]) -> None:
@@ -210,7 +215,9 @@ def test_the_migration_job_is_a_hook_run_as_the_owner(docs: list[Manifest]) -> N
     assert pod_spec(job)["restartPolicy"] == "Never"
 
 
-def test_a_chart_made_secret_exists_before_the_migration_hook(rendered: dict[str, list[Manifest]]) -> None:
+def test_a_chart_made_secret_exists_before_the_migration_hook(
+    rendered: dict[str, list[Manifest]],
+) -> None:
     docs = rendered["defaults"]
     assert by_kind(rendered["production"], "Secret") == []  # an existing Secret: none made
     secret = one(docs, "Secret")
@@ -230,7 +237,9 @@ def test_argo_cd_users_get_a_plain_job_or_none() -> None:
     assert by_kind(manifests(render({**MINIMAL, "migrations": {"enabled": False}})), "Job") == []
 
 
-def test_cron_jobs_forbid_overlap_and_run_the_documented_commands(case: tuple[str, list[Manifest]]) -> None:
+def test_cron_jobs_forbid_overlap_and_run_the_documented_commands(
+    case: tuple[str, list[Manifest]],
+) -> None:
     name, docs = case
     cron = {doc["metadata"]["name"]: doc for doc in by_kind(docs, "CronJob")}
     expected = dict(JOB_COMMANDS)
@@ -259,15 +268,22 @@ def test_api_pods_leave_the_jobs_to_the_cron_jobs(docs: list[Manifest]) -> None:
     assert data["MEMGATE_AUDIT_CHECKPOINT_SECONDS"] == "0"  # the CronJob signs
     assert data["MEMGATE_JOBS_SCHEDULE"] == ""  # the CronJobs schedule
     assert data["MEMGATE_ALLOW_PLAIN_HTTP"] == "1"  # TLS ends at the Ingress
-    assert data["MEMGATE_METRICS_HOST"] == "0.0.0.0"
+    assert data["MEMGATE_METRICS_HOST"] == "0.0.0.0"  # noqa: S104 (the pod's scrape listener)
     assert data["MEMGATE_DATA_DIR"] == "/data"
     without = manifests(
-        render({**MINIMAL, "cronJobs": {"auditCheckpoint": {"enabled": False, "schedule": "* * * * *"}}})
+        render(
+            {
+                **MINIMAL,
+                "cronJobs": {"auditCheckpoint": {"enabled": False, "schedule": "* * * * *"}},
+            }
+        )
     )
     assert one(without, "ConfigMap")["data"]["MEMGATE_AUDIT_CHECKPOINT_SECONDS"] == "300"
 
 
-def test_network_policies_admit_only_the_ingress_controller(case: tuple[str, list[Manifest]]) -> None:
+def test_network_policies_admit_only_the_ingress_controller(
+    case: tuple[str, list[Manifest]],
+) -> None:
     name, docs = case
     policies = {doc["metadata"]["name"]: doc["spec"] for doc in by_kind(docs, "NetworkPolicy")}
     assert set(policies) == {"memgate-api", "memgate-jobs"}
@@ -275,7 +291,9 @@ def test_network_policies_admit_only_the_ingress_controller(case: tuple[str, lis
     assert api["policyTypes"] == ["Ingress", "Egress"]
     http_rule, metrics_rule = api["ingress"]
     controller = http_rule["from"][0]
-    assert controller["namespaceSelector"]["matchLabels"] == {"kubernetes.io/metadata.name": "ingress-nginx"}
+    assert controller["namespaceSelector"]["matchLabels"] == {
+        "kubernetes.io/metadata.name": "ingress-nginx"
+    }
     assert controller["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "ingress-nginx"}
     assert http_rule["ports"] == [{"port": "http", "protocol": "TCP"}]
     assert metrics_rule["ports"] == [{"port": "metrics", "protocol": "TCP"}]
@@ -283,19 +301,31 @@ def test_network_policies_admit_only_the_ingress_controller(case: tuple[str, lis
     egress_ports = [sorted(p["port"] for p in rule["ports"]) for rule in api["egress"]]
     assert egress_ports[0] == [53, 53]  # DNS, UDP and TCP
     if name == "production":
-        cidrs = {block["ipBlock"]["cidr"] for rule in api["egress"] for block in rule["to"] if "ipBlock" in block}
+        cidrs = {
+            block["ipBlock"]["cidr"]
+            for rule in api["egress"]
+            for block in rule["to"]
+            if "ipBlock" in block
+        }
         assert cidrs == {"10.20.0.0/24", "198.51.100.10/32", "10.30.0.0/24", "10.40.0.0/16"}
         assert policies["memgate-jobs"]["egress"] == api["egress"]
 
 
-def test_production_ingress_terminates_tls_and_pins_the_image(rendered: dict[str, list[Manifest]]) -> None:
+def test_production_ingress_terminates_tls_and_pins_the_image(
+    rendered: dict[str, list[Manifest]],
+) -> None:
     docs = rendered["production"]
     ingress = one(docs, "Ingress")["spec"]
     assert ingress["ingressClassName"] == "nginx"
-    assert ingress["tls"] == [{"hosts": ["memory.example.com"], "secretName": "memory-example-com-tls"}]
+    assert ingress["tls"] == [
+        {"hosts": ["memory.example.com"], "secretName": "memory-example-com-tls"}
+    ]
     data = one(docs, "ConfigMap")["data"]
     assert data["MEMGATE_PUBLIC_URL"] == "https://memory.example.com"
-    assert json.loads(data["MEMGATE_EXTERNAL_ISSUERS"])[0]["issuer"] == "https://sso.example.com/realms/agents"
+    assert (
+        json.loads(data["MEMGATE_EXTERNAL_ISSUERS"])[0]["issuer"]
+        == "https://sso.example.com/realms/agents"
+    )
     assert data["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://otel-collector.observability.svc:4318"
     for doc in workloads(docs):
         if doc["kind"] != "Pod":
@@ -313,7 +343,9 @@ def test_the_helm_test_pod_hits_readyz(docs: list[Manifest]) -> None:
 
 def test_the_metrics_service_is_separate_from_the_api(docs: list[Manifest]) -> None:
     services = {doc["metadata"]["name"]: doc["spec"] for doc in by_kind(docs, "Service")}
-    assert services["memgate"]["ports"] == [{"name": "http", "port": 8080, "targetPort": "http", "protocol": "TCP"}]
+    assert services["memgate"]["ports"] == [
+        {"name": "http", "port": 8080, "targetPort": "http", "protocol": "TCP"}
+    ]
     assert services["memgate-metrics"]["ports"] == [
         {"name": "metrics", "port": 9464, "targetPort": "metrics", "protocol": "TCP"}
     ]
@@ -326,7 +358,9 @@ def test_the_metrics_service_is_separate_from_the_api(docs: list[Manifest]) -> N
         ({"secrets": {"keyEncryptionKey": KEK}}, "secrets.databaseUrl"),
     ],
 )
-def test_rendering_fails_without_a_key_encryption_key_or_database(values: dict[str, Any], message: str) -> None:
+def test_rendering_fails_without_a_key_encryption_key_or_database(
+    values: dict[str, Any], message: str
+) -> None:
     with pytest.raises(helm.HelmRenderError, match=re.escape(message)):
         render(values)
 
@@ -344,18 +378,24 @@ def test_unknown_and_unsafe_values_are_refused() -> None:
 
 
 def test_helm_lint_is_clean() -> None:
-    report = helm.lint(str(Path(__file__).resolve().parents[3] / "helm" / "memgate"), MINIMAL, strict=True)
+    report = helm.lint(
+        str(Path(__file__).resolve().parents[3] / "helm" / "memgate"), MINIMAL, strict=True
+    )
     assert report["errors"] == []
     assert [m for m in report["messages"] if m["severity"] >= 2] == []
 
 
 @pytest.fixture(scope="module")
-def checkov_report(case: tuple[str, list[Manifest]], tmp_path_factory: pytest.TempPathFactory) -> Iterator[checkov_scan.Report]:
+def checkov_report(
+    case: tuple[str, list[Manifest]], tmp_path_factory: pytest.TempPathFactory
+) -> checkov_scan.Report:
     name, docs = case
-    yield checkov_scan.scan(docs, tmp_path_factory.mktemp(f"checkov-{name}"))
+    return checkov_scan.scan(docs, tmp_path_factory.mktemp(f"checkov-{name}"))
 
 
-def test_checkov_finds_nothing_beyond_the_justified_skips(checkov_report: checkov_scan.Report) -> None:
+def test_checkov_finds_nothing_beyond_the_justified_skips(
+    checkov_report: checkov_scan.Report,
+) -> None:
     assert checkov_report.failed == []
     assert checkov_report.passed > 100
     for check_id, resource, reason in checkov_report.skipped:
@@ -367,5 +407,7 @@ def test_checkov_skips_the_digest_check_only_without_a_digest(
     case: tuple[str, list[Manifest]], checkov_report: checkov_scan.Report
 ) -> None:
     name, _ = case
-    digest_skips = [s for s in checkov_report.skipped if s[0] == "CKV_K8S_43" and "test-readyz" not in s[1]]
+    digest_skips = [
+        s for s in checkov_report.skipped if s[0] == "CKV_K8S_43" and "test-readyz" not in s[1]
+    ]
     assert (digest_skips == []) == (name == "production")

@@ -62,7 +62,9 @@ def test_the_cluster_bootstraps_the_owner_pgvector_and_the_app_login(docs: list[
     login = roles["memgate_api"]
     assert login["login"] is True
     assert login["inRoles"] == ["memgate_app"]
-    assert not any(login[flag] for flag in ("superuser", "createrole", "createdb", "bypassrls", "replication"))
+    assert not any(
+        login[flag] for flag in ("superuser", "createrole", "createdb", "bypassrls", "replication")
+    )
     secret = one(docs, "Secret", login["passwordSecret"]["name"])
     assert secret["type"] == "kubernetes.io/basic-auth"
     assert secret["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
@@ -88,12 +90,16 @@ def test_the_database_urls_come_from_the_cluster_secrets(docs: list[Manifest]) -
 
 def test_database_egress_goes_to_the_cluster_pods(docs: list[Manifest]) -> None:
     api = one(docs, "NetworkPolicy", "memgate-api")["spec"]
-    selectors = [peer.get("podSelector", {}).get("matchLabels") for rule in api["egress"] for peer in rule["to"]]
+    selectors = [
+        peer.get("podSelector", {}).get("matchLabels")
+        for rule in api["egress"]
+        for peer in rule["to"]
+    ]
     assert {"cnpg.io/cluster": "memgate-pg"} in selectors
 
 
 def test_a_cluster_refuses_the_migration_hook() -> None:
-    with pytest.raises(helm.HelmRenderError, match="needs migrations.asHook=false"):
+    with pytest.raises(helm.HelmRenderError, match=r"needs migrations\.asHook=false"):
         render({**MINIMAL, "postgresql": {"cloudnativepg": {"enabled": True}}})
 
 
