@@ -213,6 +213,14 @@ def test_the_migration_job_is_a_hook_run_as_the_owner(docs: list[Manifest]) -> N
     assert owner["key"] == "migration-database-url"
     assert env(container)["MEMGATE_KEY_ENCRYPTION_KEY"]["valueFrom"]["secretKeyRef"]
     assert pod_spec(job)["restartPolicy"] == "Never"
+    # the hook runs before the ConfigMap exists: the settings `migrate` reads come inline
+    assert env(container)["MEMGATE_EMBEDDED_ISSUER"]["value"] == "true"
+    assert "envFrom" not in container
+
+
+def test_the_migration_hook_gets_the_extra_settings(rendered: dict[str, list[Manifest]]) -> None:
+    (container,) = pod_spec(one(rendered["production"], "Job"))["containers"]
+    assert env(container)["MEMGATE_TOKEN_MAX_IN_FLIGHT_PER_SOURCE"]["value"] == "16"
 
 
 def test_a_chart_made_secret_exists_before_the_migration_hook(
