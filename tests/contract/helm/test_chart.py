@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import helm_python as helm
 import kubernetes_validate
 import pytest
+import yaml
 
 from tests.contract.helm import checkov_scan
 from tests.contract.helm.chart import (
@@ -419,3 +421,70 @@ def test_checkov_skips_the_digest_check_only_without_a_digest(
         s for s in checkov_report.skipped if s[0] == "CKV_K8S_43" and "test-readyz" not in s[1]
     ]
     assert (digest_skips == []) == (name == "production")
+
+
+def test_an_upgrade_renders_the_same_objects(rendered: dict[str, list[Manifest]]) -> None:
+    upgrade = manifests(render(MINIMAL, is_upgrade=True))
+    assert sorted((d["kind"], d["metadata"]["name"]) for d in upgrade) == sorted(
+        (d["kind"], d["metadata"]["name"]) for d in rendered["defaults"]
+    )
+
+
+OPTIONAL_WITHOUT_DEFAULT = {
+    ".podSecurityContext.seccompProfile.localhostProfile",
+    ".containerSecurityContext.seccompProfile.localhostProfile",
+    ".containerSecurityContext.capabilities.add",  # typed only to be refused (maxItems 0)
+}
+"""Keys the schema types for users who set them, with no default in values.yaml."""
+
+
+def _schema_keys(schema: dict[str, Any], values: dict[str, Any], path: str) -> Iterator[str]:
+    """Paths where values.yaml and values.schema.json name different keys."""
+    properties = schema.get("properties")
+    if properties is None or schema.get("additionalProperties") is not False:
+        return
+    documented = set(properties) - {"global"}  # Helm's umbrella-chart key, no default
+    for key in documented ^ set(values):
+        if f"{path}.{key}" not in OPTIONAL_WITHOUT_DEFAULT:
+            yield f"{path}.{key}"
+    for key in documented & set(values):
+        if isinstance(values[key], dict):
+            yield from _schema_keys(properties[key], values[key], f"{path}.{key}")
+
+
+def test_the_schema_and_the_documented_defaults_name_the_same_keys() -> None:
+    chart = Path(__file__).resolve().parents[3] / "helm" / "memgate"
+    schema = json.loads((chart / "values.schema.json").read_text())
+    defaults = yaml.safe_load((chart / "values.yaml").read_text())
+    assert list(_schema_keys(schema, defaults, "")) == []
+    assert _undocumented((chart / "values.yaml").read_text()) == []
+
+
+def _undocumented(text: str) -> list[str]:
+    """Values in values.yaml with no `#` comment: above the key, above a group it belongs to,
+    or above a run of sibling keys it continues (e.g. the two history limits)."""
+    undocumented: list[str] = []
+    documented: dict[int, bool] = {}  # indentation -> the current run there has a comment
+    commented = False
+    for line in text.splitlines():
+        stripped = line.strip()
+        if not stripped:
+            commented = False
+            documented = {depth: known for depth, known in documented.items() if depth == 0}
+            documented[0] = False
+            continue
+        if stripped.startswith("#"):
+            commented = True
+            continue
+        key = re.match(r"^( *)([A-Za-z]\w*):", line)
+        if key is None:
+            continue  # a list item or a continuation: part of the value above
+        depth = len(key.group(1))
+        inherited = any(known for d, known in documented.items() if d < depth)
+        ok = commented or "#" in line or documented.get(depth, False) or inherited
+        documented = {d: known for d, known in documented.items() if d < depth}
+        documented[depth] = ok
+        if not ok and not stripped.endswith(":"):  # a group is documented by its keys
+            undocumented.append(stripped)
+        commented = False
+    return undocumented
