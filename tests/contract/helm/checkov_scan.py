@@ -3,7 +3,9 @@ local; nothing is uploaded without an API key)."""
 
 from __future__ import annotations
 
+import logging
 import os
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,9 +37,24 @@ class Report:
 
 
 def scan(docs: list[dict[str, Any]], folder: Path) -> Report:
-    # No update checks, no policy downloads, no platform calls.
-    os.environ.setdefault("CHECKOV_SKIP_VERSION_CHECK", "1")
-    os.environ.setdefault("BC_SKIP_MAPPING", "TRUE")
+    """Run checkov on `docs`, leaving the process as it found it: checkov adds a handler to the
+    root logger and changes the warning filters, which later tests in this worker must not see."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    environment = dict(os.environ)
+    # No update checks, no guideline downloads, no platform calls.
+    os.environ.update(CHECKOV_SKIP_VERSION_CHECK="1", BC_SKIP_MAPPING="TRUE")
+    with warnings.catch_warnings():
+        try:
+            return _scan(docs, folder)
+        finally:
+            root.handlers[:] = handlers
+            root.setLevel(level)
+            os.environ.clear()
+            os.environ.update(environment)
+
+
+def _scan(docs: list[dict[str, Any]], folder: Path) -> Report:
     from checkov.kubernetes.runner import Runner
     from checkov.runner_filter import RunnerFilter
 
