@@ -1,0 +1,107 @@
+"""The CloudNativePG variant: the chart makes the `Cluster`, the app's login as a managed role,
+and takes both database URLs from Secrets (CloudNativePG's for the owner, the login's own)."""
+
+from __future__ import annotations
+
+import copy
+
+import helm_python as helm
+import jsonschema
+import kubernetes_validate
+import pytest
+
+from tests.contract.helm.chart import (
+    KUBERNETES_VERSION,
+    MINIMAL,
+    Manifest,
+    by_kind,
+    containers,
+    env,
+    manifests,
+    one,
+    pod_spec,
+    render,
+    values_file,
+    workloads,
+)
+from tests.contract.helm.cnpg_cluster_schema import CLUSTER
+
+VALUES = values_file("values-cloudnativepg.yaml")
+
+
+@pytest.fixture(scope="module")
+def docs() -> list[Manifest]:
+    return manifests(render(VALUES))
+
+
+def test_the_cluster_uses_only_published_field_names(docs: list[Manifest]) -> None:
+    cluster = one(docs, "Cluster")
+    jsonschema.validate(cluster, CLUSTER)
+    misspelt = copy.deepcopy(cluster)
+    misspelt["spec"]["bootstrap"]["initdb"]["postInitApplicationSql"] = ["SELECT 1"]
+    with pytest.raises(jsonschema.ValidationError, match="postInitApplicationSql"):
+        jsonschema.validate(misspelt, CLUSTER)
+
+
+def test_every_other_manifest_is_valid_for_kubernetes(docs: list[Manifest]) -> None:
+    for doc in docs:
+        if doc["kind"] != "Cluster":
+            kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
+
+
+def test_the_cluster_bootstraps_the_owner_pgvector_and_the_app_login(docs: list[Manifest]) -> None:
+    spec = one(docs, "Cluster")["spec"]
+    assert spec["instances"] == 3
+    assert spec["imageName"] == "ghcr.io/cloudnative-pg/postgresql:17"
+    assert spec["enableSuperuserAccess"] is False
+    initdb = spec["bootstrap"]["initdb"]
+    assert (initdb["database"], initdb["owner"]) == ("memgate", "memgate")
+    assert "CREATE EXTENSION IF NOT EXISTS vector" in initdb["postInitApplicationSQL"]
+    roles = {role["name"]: role for role in spec["managed"]["roles"]}
+    assert roles["memgate_app"]["login"] is False
+    login = roles["memgate_api"]
+    assert login["login"] is True
+    assert login["inRoles"] == ["memgate_app"]
+    assert not any(
+        login[flag] for flag in ("superuser", "createrole", "createdb", "bypassrls", "replication")
+    )
+    secret = one(docs, "Secret", login["passwordSecret"]["name"])
+    assert secret["type"] == "kubernetes.io/basic-auth"
+    assert secret["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    assert spec["storage"] == {"size": "50Gi", "storageClass": "fast-ssd"}
+
+
+def test_the_database_urls_come_from_the_cluster_secrets(docs: list[Manifest]) -> None:
+    api = env(containers(one(docs, "Deployment"))[0])
+    password = api["MEMGATE_DB_LOGIN_PASSWORD"]["valueFrom"]["secretKeyRef"]
+    assert password == {"name": "memgate-pg-api-login", "key": "password"}
+    # composed by Kubernetes from the variable above: no password in the manifest
+    assert api["DATABASE_URL"]["value"] == (
+        "postgresql://memgate_api:$(MEMGATE_DB_LOGIN_PASSWORD)@memgate-pg-rw:5432/memgate?sslmode=require"
+    )
+    job = one(docs, "Job")
+    owner = env(pod_spec(job)["containers"][0])["MEMGATE_MIGRATION_DATABASE_URL"]
+    assert owner["valueFrom"]["secretKeyRef"] == {"name": "memgate-pg-app", "key": "uri"}
+    assert "helm.sh/hook" not in job["metadata"]["annotations"]  # waits for the Cluster's Secrets
+    for doc in workloads(docs):
+        for container in containers(doc):
+            assert env(container).get("MEMGATE_DB_LOGIN_PASSWORD", {}).get("value") is None
+
+
+def test_database_egress_goes_to_the_cluster_pods(docs: list[Manifest]) -> None:
+    api = one(docs, "NetworkPolicy", "memgate-api")["spec"]
+    selectors = [
+        peer.get("podSelector", {}).get("matchLabels")
+        for rule in api["egress"]
+        for peer in rule["to"]
+    ]
+    assert {"cnpg.io/cluster": "memgate-pg"} in selectors
+
+
+def test_a_cluster_refuses_the_migration_hook() -> None:
+    with pytest.raises(helm.HelmRenderError, match=r"needs migrations\.asHook=false"):
+        render({**MINIMAL, "postgresql": {"cloudnativepg": {"enabled": True}}})
+
+
+def test_no_cluster_without_the_toggle() -> None:
+    assert by_kind(manifests(render(MINIMAL)), "Cluster") == []
