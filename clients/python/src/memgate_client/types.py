@@ -2,11 +2,11 @@
 
 TypedDicts rather than classes: an answer is the parsed JSON itself (no copy, no validation
 that could reject a field a newer server adds), and a request is checked by mypy at the call.
+No `from __future__ import annotations` here: `Required`/`NotRequired` must be seen at runtime
+(`__required_keys__`, which the contract test reads).
 Request shapes name exactly the fields of openapi.yaml's request schemas (the contract test,
 tests/contract/test_client_contract.py, compares them).
 """
-
-from __future__ import annotations
 
 from typing import Any, Literal, NotRequired, Required, TypedDict
 
