@@ -15,6 +15,7 @@ SearchMode = Literal["hybrid", "vector", "lexical"]
 Action = Literal["read", "write", "delete"]
 Decision = Literal["allow", "deny", "error"]
 GroupBy = Literal["kind", "space", "subject"]
+PrincipalKind = Literal["user", "agent", "service"]
 
 # --- requests ---------------------------------------------------------------------------------
 
@@ -56,7 +57,7 @@ class SearchRequest(TypedDict, total=False):
 
 class PrincipalCreate(TypedDict, total=False):
     display_name: Required[str]
-    kind: Literal["user", "agent", "service"]
+    kind: PrincipalKind
     external_issuer: str | None
     external_subject: str | None
 
@@ -422,6 +423,7 @@ __all__ = [
     "PolicyChange",
     "Principal",
     "PrincipalCreate",
+    "PrincipalKind",
     "Provenance",
     "RevertNote",
     "RoleGrant",
