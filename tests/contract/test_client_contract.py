@@ -73,6 +73,9 @@ ANSWERS: dict[str, Any] = {
     "TenantAdmin": t.TenantAdmin,
     "TenantCreated": t.TenantCreated,
     "TenantPage": t.TenantPage,
+    "TenantLimits": t.TenantLimits,
+    "TenantUsage": t.TenantUsage,
+    "Limits": t.Limits,
     "TokenResponse": t.TokenResponse,
 }
 """The client's answer type for each answer schema of openapi.yaml."""

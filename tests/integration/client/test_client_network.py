@@ -13,9 +13,12 @@ import httpx
 import pytest
 from memgate_client import (
     AsyncMemgate,
+    ClientCredentials,
     Credentials,
     Memgate,
     MemgateConnectionError,
+    RateLimited,
+    RetryPolicy,
     TokenExchange,
 )
 
@@ -212,3 +215,46 @@ async def test_the_sync_client_retries_too(tenant: Tenant, proxy: DroppingProxy)
 
     assert await asyncio.to_thread(calls) == 0
     assert proxy.dropped == 2
+
+
+async def test_a_rate_limit_is_waited_out_for_reads_and_raised_for_writes(
+    tenant: Tenant, platform: ClientCredentials
+) -> None:
+    agent = await tenant.agent("limited")
+    client_id = agent.created["client"]["client_id"]
+    async with AsyncMemgate(tenant.base_url, credentials=platform, retry=QUICK) as operator:
+        limits = await operator.set_client_limits(
+            tenant.tenant_id, client_id, requests_per_second=1, request_burst=1
+        )
+    assert limits["requests_per_second"] == 1
+    # Retry-After beyond what this policy waits: raised. Its token is fetched first (token
+    # requests are not API calls), so its call comes right after the others.
+    impatient = AsyncMemgate(
+        tenant.base_url,
+        credentials=agent.credentials(),
+        retry=RetryPolicy(attempts=3, max_retry_after=0.5),
+    )
+    await impatient.issue_token()
+    seen = Seen()
+    async with watched(tenant, seen, agent.credentials()) as mg:
+        await mg.list_memories(limit=1)
+        started = time.monotonic()
+        await mg.list_memories(limit=1)  # 429 with Retry-After: 1, then the answer
+        waited = time.monotonic() - started
+        with pytest.raises(RateLimited) as refused:
+            await mg.write_memory(subject="service:rl", kind="fact", key="k", value="v")
+    async with impatient:
+        with pytest.raises(RateLimited):
+            await impatient.list_memories(limit=1)
+    statuses = [status for path, status in seen.paths() if path == "/v1/memories"]
+    assert statuses == [200, 429, 200, 429]  # the write was not sent again
+    assert waited >= 1.0
+    problem = refused.value
+    assert (problem.status, problem.slug, problem.extensions["limit"]) == (
+        429,
+        "rate-limited",
+        "client-requests",
+    )
+    assert problem.retry_after is not None
+    assert problem.retry_after >= 1
+    assert problem.headers["ratelimit-policy"] == '"client-requests";q=1;w=1'

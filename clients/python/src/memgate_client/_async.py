@@ -39,6 +39,7 @@ from memgate_client.types import (
     JobRun,
     JobRunPage,
     Kind,
+    Limits,
     Memory,
     MemoryCounts,
     MemoryCreate,
@@ -60,6 +61,7 @@ from memgate_client.types import (
     Tenant,
     TenantCreate,
     TenantCreated,
+    TenantLimits,
     TenantPage,
     TokenResponse,
 )
@@ -627,3 +629,20 @@ class AsyncMemgate:
 
     async def get_tenant(self, tenant_id: str) -> Tenant:
         return cast(Tenant, await self._json(E.GET_TENANT, {"tenant_id": tenant_id}))
+
+    async def get_tenant_limits(self, tenant_id: str) -> TenantLimits:
+        """The tenant's quotas, its clients' and what it stores now."""
+        ids = {"tenant_id": tenant_id}
+        return cast(TenantLimits, await self._json(E.GET_TENANT_LIMITS, ids))
+
+    async def set_tenant_limits(self, tenant_id: str, **limits: Unpack[Limits]) -> Limits:
+        """Replace the tenant's quotas (none given: remove them)."""
+        ids = {"tenant_id": tenant_id}
+        return cast(Limits, await self._json(E.SET_TENANT_LIMITS, ids, json=limits))
+
+    async def set_client_limits(
+        self, tenant_id: str, client_id: str, **limits: Unpack[Limits]
+    ) -> Limits:
+        """Replace one client's quotas (requests, concurrency, token requests)."""
+        ids = {"tenant_id": tenant_id, "client_id": client_id}
+        return cast(Limits, await self._json(E.SET_CLIENT_LIMITS, ids, json=limits))

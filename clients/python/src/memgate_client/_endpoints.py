@@ -121,6 +121,11 @@ LIST_JOB_RUNS = Endpoint("listJobRuns", "GET", "/v1/jobs/runs", query=("status",
 CREATE_TENANT = Endpoint("createTenant", "POST", "/v1/tenants", t.TenantCreate)
 LIST_TENANTS = Endpoint("listTenants", "GET", "/v1/tenants", query=("cursor", "limit"))
 GET_TENANT = Endpoint("getTenant", "GET", "/v1/tenants/{tenant_id}")
+GET_TENANT_LIMITS = Endpoint("getTenantLimits", "GET", "/v1/tenants/{tenant_id}/limits")
+SET_TENANT_LIMITS = Endpoint("setTenantLimits", "PUT", "/v1/tenants/{tenant_id}/limits", t.Limits)
+SET_CLIENT_LIMITS = Endpoint(
+    "setClientLimits", "PUT", "/v1/tenants/{tenant_id}/clients/{client_id}/limits", t.Limits
+)
 
 ENDPOINTS: tuple[Endpoint, ...] = tuple(
     value for value in list(globals().values()) if isinstance(value, Endpoint)

@@ -92,6 +92,19 @@ class TenantCreate(TypedDict, total=False):
     settings: dict[str, Any] | None
 
 
+class Limits(TypedDict, total=False):
+    """A tenant's or a client's quotas (`PUT /v1/tenants/{id}/limits`; `{}` removes them)."""
+
+    requests_per_second: float | None
+    request_burst: int | None
+    concurrent_requests: int | None
+    token_requests_per_second: float | None
+    token_burst: int | None
+    embedding_calls_per_minute: int | None
+    max_memories: int | None
+    max_bytes: int | None
+
+
 class BatchCreate(TypedDict):
     """The body of `POST /v1/memories:batch`: 1..MEMGATE_BATCH_MAX_ITEMS memory bodies."""
 
@@ -382,6 +395,17 @@ class TenantCreated(TypedDict):
     admin: TenantAdmin
 
 
+class TenantUsage(TypedDict):
+    memories: int
+    bytes: int
+
+
+class TenantLimits(TypedDict):
+    tenant: Limits
+    clients: dict[str, Limits]
+    usage: TenantUsage
+
+
 class TenantPage(TypedDict):
     items: list[Tenant]
     next_cursor: str | None
@@ -415,6 +439,7 @@ __all__ = [
     "JobRun",
     "JobRunPage",
     "Kind",
+    "Limits",
     "Memory",
     "MemoryCounts",
     "MemoryCreate",
@@ -445,6 +470,8 @@ __all__ = [
     "TenantAdmin",
     "TenantCreate",
     "TenantCreated",
+    "TenantLimits",
     "TenantPage",
+    "TenantUsage",
     "TokenResponse",
 ]
