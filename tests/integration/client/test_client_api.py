@@ -194,3 +194,25 @@ async def test_the_sync_client_in_a_thread(tenant: Tenant) -> None:
     assert len(ids) == 3
     assert sorted(listed) == sorted(ids)
     assert slug == "memory-not-found"
+
+
+async def test_audit_receipts_are_heads_the_log_is_held_to(tenant: Tenant) -> None:
+    async with AsyncMemgate(
+        tenant.base_url, credentials=tenant.admin, retry=QUICK, audit_receipts=True
+    ) as admin:
+        team = await admin.create_team(name="receipts")
+        held = admin.last_receipt
+        assert held is not None
+        [row] = (await admin.export_audit_events(from_seq=held["seq"], limit=1))["events"]
+        verdict = await admin.verify_audit_head()
+        forged = await admin.verify_audit_head({"seq": held["seq"], "hash": "0" * 64})
+    assert row["seq"] == held["seq"]
+    assert row["row_hash"] == held["hash"]  # the receipt names the call's own row
+    assert team["id"] in row["target_ids"]
+    assert verdict["ok"] is True
+    assert verdict["head_seq"] > held["seq"]  # the export and the verify were audited after
+    assert (forged["ok"], forged["reason"], forged["first_bad_seq"]) == (
+        False,
+        "known_head_mismatch",
+        held["seq"],
+    )

@@ -12,10 +12,11 @@ from urllib.parse import quote
 import httpx
 
 from memgate_client._endpoints import Endpoint
-from memgate_client.types import AuditEvent, AuditExport
+from memgate_client.types import AuditEvent, AuditExport, AuditReceipt
 
 USER_AGENT = "memgate-client/0.1.0"
 _INVALID_TOKEN = re.compile(r'error\s*=\s*"?invalid_token"?', re.IGNORECASE)
+_RECEIPT = re.compile(r"seq=(\d+)\s*;\s*hash=([0-9a-f]{64})")
 
 
 def url_of(base_url: str, endpoint: Endpoint, ids: Mapping[str, str] | None = None) -> str:
@@ -50,3 +51,10 @@ def audit_export_of(response: httpx.Response) -> AuditExport:
     ]
     next_seq = response.headers.get("audit-next-seq")
     return AuditExport(events=events, next_seq=int(next_seq) if next_seq else None)
+
+
+def receipt_of(response: httpx.Response) -> AuditReceipt | None:
+    """`Audit-Receipt: seq=<n>; hash=<64 hex>`: the call's own audit row, then the head of the
+    tenant's chain (sent when the request said `Prefer: audit-receipt`)."""
+    found = _RECEIPT.search(response.headers.get("audit-receipt", ""))
+    return AuditReceipt(seq=int(found[1]), hash=found[2]) if found else None

@@ -17,6 +17,7 @@ from memgate_client._common import (
     audit_export_of,
     new_idempotency_key,
     query,
+    receipt_of,
     token_was_rejected,
     url_of,
 )
@@ -28,6 +29,7 @@ from memgate_client.types import (
     AuditEvent,
     AuditExport,
     AuditPage,
+    AuditReceipt,
     AuditVerification,
     BatchWritten,
     Checkpoint,
@@ -139,6 +141,8 @@ class Memgate:
         write with its `Idempotency-Key`) after dropped connections and 429/502/503/504.
     http: your own `httpx.Client` (proxies, TLS, event hooks); not closed by `close`.
     clock: what token lifetimes are measured with (monotonic seconds).
+    audit_receipts: ask for an `Audit-Receipt` on every call (`Prefer: audit-receipt`); the
+        newest is `last_receipt`, a head `verify_audit_head` holds the log to.
     """
 
     def __init__(
@@ -151,6 +155,7 @@ class Memgate:
         timeout: float = 30.0,
         http: httpx.Client | None = None,
         clock: Callable[[], float] = time.monotonic,
+        audit_receipts: bool = False,
     ) -> None:
         if credentials is not None and token is not None:
             raise ValueError("give credentials or a token, not both")
@@ -160,6 +165,9 @@ class Memgate:
         self._http = http if http is not None else httpx.Client(timeout=timeout)
         self._token = token
         self._tokens = _Tokens(self, credentials, clock) if credentials else None
+        self._receipts = audit_receipts
+        self.last_receipt: AuditReceipt | None = None
+        """The newest `Audit-Receipt` (with `audit_receipts=True`)."""
 
     def __enter__(self) -> Memgate:
         return self
@@ -200,6 +208,8 @@ class Memgate:
         headers = {"User-Agent": USER_AGENT, "Accept": "application/json"}
         if endpoint.keyed:
             headers["Idempotency-Key"] = idempotency_key or new_idempotency_key()
+        if self._receipts and endpoint.authenticated:
+            headers["Prefer"] = "audit-receipt"
         sent, renewed = 0, False
         while True:
             bearer = self._bearer() if endpoint.authenticated else None
@@ -226,6 +236,8 @@ class Memgate:
                 time.sleep(wait)
                 continue
             sent += 1
+            if self._receipts and (receipt := receipt_of(response)) is not None:
+                self.last_receipt = receipt
             if response.is_success:
                 return response
             if (
@@ -572,6 +584,14 @@ class Memgate:
         kept: a checkpoint or an `Audit-Receipt`) the chain must still hold that row."""
         params = query(from_seq=from_seq, to_seq=to_seq, known_seq=known_seq, known_hash=known_hash)
         return cast(AuditVerification, self._json(E.VERIFY_AUDIT_CHAIN, params=params))
+
+    def verify_audit_head(self, receipt: AuditReceipt | None = None) -> AuditVerification:
+        """`verify_audit_chain` against a head you hold: `receipt`, or this client's
+        `last_receipt`. A tail cut after it (or rewritten) answers `ok: false`."""
+        held = receipt if receipt is not None else self.last_receipt
+        if held is None:
+            raise ValueError("no receipt: pass one, or make calls with audit_receipts=True")
+        return self.verify_audit_chain(known_seq=held["seq"], known_hash=held["hash"])
 
     def get_latest_checkpoint(self) -> Checkpoint:
         return cast(Checkpoint, self._json(E.GET_LATEST_CHECKPOINT))

@@ -322,6 +322,14 @@ class Checkpoint(TypedDict):
     signed_at: str
 
 
+class AuditReceipt(TypedDict):
+    """An `Audit-Receipt`: the seq and hash of a call's own audit row, a head to hold against
+    the log later (`verify_audit_head`)."""
+
+    seq: int
+    hash: str
+
+
 class AuditVerification(TypedDict):
     """`VerifyOut`: the chain recomputed over a range."""
 
@@ -425,6 +433,7 @@ __all__ = [
     "AuditEvent",
     "AuditExport",
     "AuditPage",
+    "AuditReceipt",
     "AuditVerification",
     "BatchCreate",
     "BatchWritten",
