@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import httpx
+from memgate_client import AsyncMemgate, ClientCredentials
 
 from bench.database import bench_database
 from service.app import create_app
@@ -76,30 +77,22 @@ async def _new_tenant_admin(client: httpx.AsyncClient, runtime: Runtime) -> tupl
         async with runtime.sessionmaker.begin() as session:
             platform = await create_tenant(session, "platform", platform=True)
         _PLATFORM_ADMINS[id(runtime)] = (str(platform.client_id), platform.client_secret)
-    operator = await client.post("/oauth/token", data=FORM, auth=_PLATFORM_ADMINS[id(runtime)])
-    headers = {"Authorization": f"Bearer {operator.json()['access_token']}"}
-    made = await client.post("/v1/tenants", json={"name": "bench"}, headers=headers)
-    made.raise_for_status()
-    admin = made.json()["admin"]
+    operator = ClientCredentials(*_PLATFORM_ADMINS[id(runtime)])
+    async with AsyncMemgate(PUBLIC_URL, credentials=operator, http=client) as mg:
+        admin = (await mg.create_tenant(name="bench"))["admin"]
     return admin["client_id"], admin["client_secret"]
 
 
 async def agent_credentials(client: httpx.AsyncClient, runtime: Runtime) -> tuple[str, str]:
-    """A fresh tenant and an agent client with read and write scopes in it."""
-    admin_auth = await _new_tenant_admin(client, runtime)
-    admin = (await client.post("/oauth/token", data=FORM, auth=admin_auth)).json()
-    headers = {"Authorization": f"Bearer {admin['access_token']}"}
-    user = await client.post("/v1/principals", json={"display_name": "u"}, headers=headers)
-    registered = await client.post(
-        "/v1/clients",
-        json={
-            "principal_id": user.json()["id"],
-            "name": "agent",
-            "scopes": ["read:memory", "write:memory"],
-        },
-        headers=headers,
-    )
-    return registered.json()["client"]["client_id"], registered.json()["client_secret"]
+    """A fresh tenant and an agent client with read and write scopes in it (set up through
+    the typed client, over `client`'s transport)."""
+    admin = ClientCredentials(*await _new_tenant_admin(client, runtime))
+    async with AsyncMemgate(PUBLIC_URL, credentials=admin, http=client) as mg:
+        user = await mg.create_principal(display_name="u")
+        registered = await mg.create_client(
+            principal_id=user["id"], name="agent", scopes=["read:memory", "write:memory"]
+        )
+    return registered["client"]["client_id"], registered["client_secret"]
 
 
 async def bearer(client: httpx.AsyncClient, credentials: tuple[str, str]) -> dict[str, str]:

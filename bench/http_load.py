@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from memgate_client import ClientCredentials, Memgate
 
 from bench.corpus import sentences
 
@@ -318,26 +319,17 @@ def platform_token(server: Served) -> str:
 
 
 def agent_token(server: Served) -> str:
-    """README "First steps": admin token, a principal, an agent client, the agent's token."""
-    admin = platform_token(server)
-    with httpx.Client(base_url=server.url, timeout=30) as http:
-        headers = {"Authorization": f"Bearer {admin}"}
-        user = http.post("/v1/principals", json={"display_name": "alice"}, headers=headers)
-        user.raise_for_status()
-        client = http.post(
-            "/v1/clients",
-            json={"principal_id": user.json()["id"], "name": "load", "scopes": SCOPES.split()},
-            headers=headers,
+    """README "First steps" through the typed client: admin token, a principal, an agent
+    client, the agent's token."""
+    with Memgate(server.url, token=platform_token(server)) as admin:
+        user = admin.create_principal(display_name="alice")
+        registered = admin.create_client(
+            principal_id=user["id"], name="load", scopes=SCOPES.split()
         )
-        client.raise_for_status()
-        registered = client.json()
-        token = http.post(
-            "/oauth/token",
-            data={"grant_type": "client_credentials", "scope": SCOPES},
-            auth=(registered["client"]["client_id"], registered["client_secret"]),
-        )
-        token.raise_for_status()
-        return str(token.json()["access_token"])
+    client = registered["client"]
+    agent = ClientCredentials(client["client_id"], registered["client_secret"], SCOPES)
+    with Memgate(server.url, credentials=agent) as mg:
+        return mg.issue_token()["access_token"]
 
 
 # --- the run ---------------------------------------------------------------------------------

@@ -1,26 +1,24 @@
 """List pagination (newest first, opaque cursor) and the subject/kind/key filters of list and
-search."""
+search, through the typed client (a problem answer would raise)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Unpack
+
+from memgate_client.types import MemoryPage, SearchFilters
 
 from tests.fixtures.api import Agent, Api
 
 
-async def _page(api: Api, agent: Agent, **params: Any) -> dict[str, Any]:
-    response = await api.http.get("/v1/memories", params=params, headers=agent.headers)
-    assert response.status_code == 200, response.text
-    body: dict[str, Any] = response.json()
-    return body
+async def _page(api: Api, agent: Agent, **params: Any) -> MemoryPage:
+    return await api.client(agent).list_memories(**params)
 
 
 async def _all_pages(api: Api, agent: Agent, **params: Any) -> list[list[str]]:
     pages: list[list[str]] = []
-    cursor: str | None = None
+    cursor: str | None = params.pop("cursor", None)
     while True:
-        query = dict(params) | ({"cursor": cursor} if cursor else {})
-        page = await _page(api, agent, **query)
+        page = await _page(api, agent, **params, cursor=cursor)
         pages.append([item["id"] for item in page["items"]])
         cursor = page["next_cursor"]
         if cursor is None:
@@ -146,12 +144,13 @@ async def test_search_filters(api: Api) -> None:
     ids = await _fixtures(api, alice)
     await _fixtures(api, bob)
 
-    async def found(**filters: str) -> list[str]:
-        response = await api.search(alice, "deploy", k=100, filters=filters, min_score=0)
-        assert response.status_code == 200, response.text
-        hits = response.json()["hits"]
+    async def found(**filters: Unpack[SearchFilters]) -> list[str]:
+        answer = await api.client(alice).search_memories(
+            query="deploy", k=100, filters=filters, min_score=0
+        )
+        hits = answer["hits"]
         for hit in hits:
-            memory = hit["memory"]
+            memory: dict[str, Any] = dict(hit["memory"])
             for field, value in filters.items():
                 assert memory[field] == value
             assert memory["provenance"]["writer_id"] == alice.principal_id
@@ -178,7 +177,7 @@ async def test_search_filters(api: Api) -> None:
     assert await found(kind="summary") == []
     assert set(await found()) == set(ids.values())
     # A filter narrows before ranking: k=1 still finds the one match, however poorly it ranks.
-    response = await api.search(
-        alice, "deploy", k=1, filters={"key": "owner", "kind": "preference"}, min_score=0
+    answer = await api.client(alice).search_memories(
+        query="deploy", k=1, filters={"key": "owner", "kind": "preference"}, min_score=0
     )
-    assert [hit["memory"]["id"] for hit in response.json()["hits"]] == [ids["search-pref-owner"]]
+    assert [hit["memory"]["id"] for hit in answer["hits"]] == [ids["search-pref-owner"]]
