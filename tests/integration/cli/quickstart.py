@@ -301,9 +301,18 @@ def run_python(code: str, env: dict[str, str]) -> str:
     return done.stdout
 
 
+def header(token: str) -> dict[str, Any]:
+    """A JWT's protected header, unverified."""
+    return _segment(token, 0)
+
+
 def claims(token: str) -> dict[str, Any]:
     """A JWT's payload, unverified (the server verified it; the test reads what it says)."""
-    payload = token.split(".")[1]
+    return _segment(token, 1)
+
+
+def _segment(token: str, index: int) -> dict[str, Any]:
+    payload = token.split(".")[index]
     decoded: dict[str, Any] = json.loads(
         base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4))
     )

@@ -16,6 +16,7 @@ from tests.integration.cli.quickstart import (
     blocks,
     claims,
     commands,
+    header,
     run_python,
 )
 from tests.integration.cli.test_embedded_lifecycle import Server, server
@@ -63,6 +64,13 @@ def test_the_quickstart_runs_as_written(server: Server) -> None:
 
     # The agent's token: alice's, the three memory scopes, no admin scope.
     token = claims(shell.variables["TOKEN"])
+    assert header(shell.variables["TOKEN"]) | {"kid": "-"} == {
+        "alg": "ES256",
+        "typ": "at+jwt",
+        "kid": "-",
+    }
+    assert {"tenant", "sub", "client_id", "scope", "jti", "exp", "iat"} <= set(token)
+    assert token["exp"] - token["iat"] == 600  # ten minutes
     assert token["sub"] == shell.variables["USER_ID"]
     assert token["client_id"] == shell.variables["CLIENT_ID"]
     assert set(token["scope"].split()) == MEMORY_SCOPES
@@ -76,7 +84,14 @@ def test_the_quickstart_runs_as_written(server: Server) -> None:
     first_search, second_search = (
         json.loads(a.text) for a in shell.answers if a.command.endswith('"k": 5}\'')
     )
+    written = json.loads(
+        next(a.text for a in shell.answers if "api $B/v1/memories -d" in a.command)
+    )
+    assert written["memory"]["version"] == 1
+    assert written["memory"]["space_id"] == json.loads(shell.answers[0].text)["personal_space_id"]
+    assert written["memory"]["provenance"]["embedding_model"].startswith("wordllama/")
     assert [hit["memory"]["id"] for hit in first_search["hits"]] == [memory_id]
+    assert {"score", "lexical_score", "fused_score"} <= set(first_search["hits"][0])
     got = json.loads(answers["api $B/v1/memories/$MEMORY_ID"].text)
     assert got["value"] == "Billing deploys on Fridays 10:00-12:00 UTC"
     assert (got["version"], got["status"]) == (1, "live")
