@@ -5,6 +5,7 @@ way GitHub makes anchors."""
 from __future__ import annotations
 
 import re
+from functools import cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -18,10 +19,11 @@ def anchor(heading: str) -> str:
     return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
 
 
-def anchors(page: Path) -> set[str]:
+@cache
+def anchors(page: Path) -> frozenset[str]:
     text = FENCE.sub("", page.read_text())
     found = {anchor(line.lstrip("#")) for line in text.splitlines() if line.startswith("#")}
-    return found | set(re.findall(r'<a id="([^"]+)"></a>', text))
+    return frozenset(found | set(re.findall(r'<a id="([^"]+)"></a>', text)))
 
 
 def pages() -> list[Path]:
