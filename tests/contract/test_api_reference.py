@@ -62,3 +62,13 @@ def test_every_problem_linked_is_in_the_catalogue(document: dict[str, Any]) -> N
     assert linked
     assert linked <= anchored
     assert len(anchored) == len(document["x-problem-types"])
+
+
+def test_one_command_regenerates_both_files(tmp_path: Path) -> None:
+    """`memgate openapi --markdown docs/api.md` writes what the two drift tests compare with."""
+    from service.__main__ import main
+
+    spec, reference = tmp_path / "openapi.yaml", tmp_path / "api.md"
+    assert main(["openapi", "--output", str(spec), "--markdown", str(reference)]) == 0
+    assert spec.read_text() == (ROOT / "openapi.yaml").read_text()
+    assert reference.read_text() == (ROOT / API_REFERENCE).read_text()
