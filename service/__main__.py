@@ -787,11 +787,17 @@ def cmd_jobs_run(
     return 0 if all(status == "finished" for status in ended) else 1
 
 
-def cmd_openapi(path: Path) -> int:
-    from service.http.openapi_doc import render_openapi
+def cmd_openapi(path: Path, markdown: Path | None) -> int:
+    import yaml
 
-    path.write_text(render_openapi())
+    from service.http.openapi_doc import api_reference, render_openapi
+
+    rendered = render_openapi()
+    path.write_text(rendered)
     print(f"wrote {path}")
+    if markdown is not None:
+        markdown.write_text(api_reference(yaml.safe_load(rendered)))
+        print(f"wrote {markdown}")
     return 0
 
 
@@ -951,6 +957,12 @@ def build_parser() -> argparse.ArgumentParser:
     openapi.add_argument(
         "--output", type=Path, default=Path("openapi.yaml"), help="where (default openapi.yaml)"
     )
+    openapi.add_argument(
+        "--markdown",
+        type=Path,
+        metavar="PATH",
+        help="also write the API reference in Markdown there (docs/api.md)",
+    )
     return parser
 
 
@@ -987,7 +999,7 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_tenants(settings, args.tenant_command, argument)
     if args.command == "jobs":
         return cmd_jobs_run(settings, args.name, args.tenant, args.space, args.dry_run)
-    return cmd_openapi(args.output)
+    return cmd_openapi(args.output, args.markdown)
 
 
 if __name__ == "__main__":

@@ -312,3 +312,155 @@ def render_openapi() -> str:
 
     # Importing the app registers every feature's problem types.
     return _yaml(openapi_document(create_app()))
+
+
+# --- The API reference in Markdown (docs/api.md) ------------------------------------------------
+
+API_REFERENCE = "docs/api.md"
+"""Where `memgate openapi --markdown` writes the reference by default; a contract test
+compares the committed file with a fresh render."""
+_TAG_ORDER = ("memories", "policy", "admin", "audit", "jobs", "platform", "oauth", "operations")
+"""Tags in the order a reader meets them (the quickstart's order); any other tag follows,
+alphabetically, so a new feature's tag shows up without touching this list."""
+_SCHEMA_PREFIX = "#/components/schemas/"
+
+
+def _schema_name(schema: dict[str, Any]) -> str:
+    """A schema as the reference names it: its component name, else its JSON type."""
+    ref = schema.get("$ref")
+    if isinstance(ref, str) and ref.startswith(_SCHEMA_PREFIX):
+        return f"`{ref.removeprefix(_SCHEMA_PREFIX)}`"
+    if schema.get("type") == "array":
+        return f"list of {_schema_name(schema.get('items', {}))}"
+    return f"`{schema.get('type', 'any')}`"
+
+
+def _bodies(content: dict[str, Any] | None) -> str:
+    if not content:
+        return "no body"
+    return "; ".join(
+        f"{_schema_name(media.get('schema', {}))} ({media_type})"
+        for media_type, media in sorted(content.items())
+    )
+
+
+def _scope_line(operation: dict[str, Any], declared: Operation | None) -> str:
+    if operation.get("security") == []:
+        return "none (public: no token)"
+    if declared is None or declared.scope is None:
+        return "any valid bearer token"
+    line = f"`{declared.scope}`"
+    if declared.check is not None:
+        line += f", then the policy check `{declared.check.__name__}`"
+    return line
+
+
+def _parameters(operation: dict[str, Any]) -> str:
+    named = [
+        f"`{p['name']}` ({p['in']}{', required' if p.get('required') else ''})"
+        for p in operation.get("parameters", [])
+    ]
+    return ", ".join(named) or "none"
+
+
+def _problems(operation: dict[str, Any]) -> str:
+    listed = [
+        f"{status} [`{uri.rsplit('/', 1)[-1]}`](#problem-{uri.rsplit('/', 1)[-1]})"
+        for status, answer in sorted(operation["responses"].items())
+        if int(status) >= 400
+        for uri in answer.get("x-problem-types", [])
+    ]
+    return ", ".join(listed) or "none"
+
+
+def _answers(operation: dict[str, Any]) -> str:
+    return "; ".join(
+        f"{status} {_bodies(answer.get('content'))}"
+        for status, answer in sorted(operation["responses"].items())
+        if int(status) < 400
+    )
+
+
+def _entry(method: str, path: str, operation: dict[str, Any], declared: Operation | None) -> str:
+    request = operation.get("requestBody", {}).get("content")
+    lines = [
+        f"### `{operation['operationId']}`",
+        "",
+        f"`{method.upper()} {path}` — {operation.get('summary', '')}",
+        "",
+        f"- scope: {_scope_line(operation, declared)}",
+        *([f"- audit action: `{declared.name}`"] if declared is not None else []),
+        f"- parameters: {_parameters(operation)}",
+        f"- request: {_bodies(request) if request else 'no body'}",
+        f"- answer: {_answers(operation)}",
+        f"- problems: {_problems(operation)}",
+    ]
+    description = " ".join(str(operation.get("description", "")).split())
+    if description:
+        lines += ["", description]
+    return "\n".join(lines)
+
+
+def _by_tag(document: dict[str, Any]) -> dict[str, list[tuple[str, str, dict[str, Any]]]]:
+    tagged: dict[str, list[tuple[str, str, dict[str, Any]]]] = defaultdict(list)
+    for path, item in sorted(document["paths"].items()):
+        for method in _METHODS:
+            operation = item.get(method)
+            if operation is not None:
+                tag = (operation.get("tags") or ["untagged"])[0]
+                tagged[tag].append((method, path, operation))
+    known = [tag for tag in _TAG_ORDER if tag in tagged]
+    order = known + sorted(tag for tag in tagged if tag not in _TAG_ORDER)
+    return {tag: tagged[tag] for tag in order}
+
+
+def _problem_catalogue(document: dict[str, Any]) -> list[str]:
+    lines = ["## Problem types", "", "| slug | status | title | when |", "|---|---|---|---|"]
+    for entry in sorted(document.get("x-problem-types", []), key=lambda e: e["type"]):
+        slug = entry["type"].rsplit("/", 1)[-1]
+        when = entry["description"].replace("|", "\\|")
+        lines.append(
+            f'| <a id="problem-{slug}"></a>`{slug}` | {entry["status"]} | {entry["title"]} '
+            f"| {when} |"
+        )
+    return lines
+
+
+def api_reference(document: dict[str, Any]) -> str:
+    """docs/api.md from an OpenAPI document (the one `render_openapi` writes): per tag, each
+    operation's method, path, scope (from its declaration in service/operations.py), summary,
+    request and answer schema names and the problems it can answer; then the problem types."""
+    declared = {op.operation_id: op for op in OPERATIONS.values()}
+    tagged = _by_tag(document)
+    lines = [
+        "# API reference",
+        "",
+        "<!-- Generated from openapi.yaml by `memgate openapi --markdown docs/api.md`; do not "
+        "edit by hand (tests/contract/test_api_reference.py fails when it drifts). -->",
+        "",
+        f"{document['info']['title']} {document['info']['version']}: "
+        f"{' '.join(str(document['info'].get('description', '')).split())}",
+        "",
+        "Every route below is also in [`openapi.yaml`](../openapi.yaml) (served at `/schema`), "
+        "with the full request and answer schemas. A scope is the token's ceiling; the policy "
+        "decides inside it ([concepts.md](concepts.md)). Every error is "
+        "`application/problem+json` with a `type` from the table at the end. The MCP tools at "
+        "`/mcp` are the same operations and are described in [mcp.md](mcp.md).",
+        "",
+    ]
+    for tag, entries in tagged.items():
+        lines.append(
+            f"- [{tag}](#{tag}): " + ", ".join(f"`{op['operationId']}`" for _, _, op in entries)
+        )
+    for tag, entries in tagged.items():
+        lines += ["", f"## {tag}", "", "| operation | method and path | scope |", "|---|---|---|"]
+        for method, path, operation in entries:
+            scope = _scope_line(operation, declared.get(operation["operationId"]))
+            lines.append(
+                f"| [`{operation['operationId']}`](#{operation['operationId'].lower()}) "
+                f"| `{method.upper()} {path}` | {scope} |"
+            )
+        for method, path, operation in entries:
+            lines += ["", _entry(method, path, operation, declared.get(operation["operationId"]))]
+    lines += ["", *_problem_catalogue(document)]
+    return "\n".join(lines) + "\n"
