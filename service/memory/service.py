@@ -312,9 +312,7 @@ class MemoryService:
             earlier = await self._replay(key)
             if earlier is not None:
                 return earlier
-        self._reject_failing(
-            (index, self._check_value, item) for index, item in enumerate(items)
-        )
+        self._reject_failing((index, self._check_value, item) for index, item in enumerate(items))
         vectors = await self._embed_all(principal, [item.value for item in items])
         if key is not None:
             if not await idempotency.try_lock(self._session, key):

@@ -93,7 +93,8 @@ async def test_one_bad_item_writes_nothing_and_names_every_bad_item(api: Api) ->
     assert [(e["index"], e["status"], e["type"]) for e in body["errors"]] == [
         (1, 404, PROBLEM_BASE_URI + "space-not-found")
     ]
-    assert body["errors"][0]["title"] == "Space not found" and body["errors"][0]["detail"]
+    assert body["errors"][0]["title"] == "Space not found"
+    assert body["errors"][0]["detail"]
     assert await count_memories(api.runtime) == before
     new_rows = (await batch_rows(api))[len(rows_before) :]
     assert [(r["action"], r["decision"], r["status"], r["reason"]) for r in new_rows] == [
@@ -158,7 +159,8 @@ async def test_an_idempotency_key_replays_the_first_answer_and_writes_once(api: 
     # The key is the caller's own: another client's same key is a fresh request.
     bob = await api.new_agent("bob")
     theirs = await batch(api, bob, items, key="import-0001")
-    assert theirs.status_code == 201 and "idempotent-replayed" not in theirs.headers
+    assert theirs.status_code == 201
+    assert "idempotent-replayed" not in theirs.headers
     # A malformed key is refused before anything happens.
     assert_problem(await batch(api, alice, items, key="has space"), 422, "invalid-request")
 
@@ -167,17 +169,13 @@ async def test_a_key_in_flight_answers_409(api: Api) -> None:
     alice = await api.new_agent("alice")
     name = f"idem|{api.tenant_id}|{alice.principal_id}|{alice.client_id}|busy"
     async with as_owner(api.runtime) as conn:
-        await conn.execute(
-            text("SELECT pg_advisory_lock(hashtextextended(:n, 0))"), {"n": name}
-        )
+        await conn.execute(text("SELECT pg_advisory_lock(hashtextextended(:n, 0))"), {"n": name})
         before = await count_memories(api.runtime)
         response = await batch(api, alice, [item("a")], key="busy")
         assert_problem(response, 409, "idempotency-key-in-flight")
         assert response.headers["retry-after"] == "1"
         assert await count_memories(api.runtime) == before
-        await conn.execute(
-            text("SELECT pg_advisory_unlock(hashtextextended(:n, 0))"), {"n": name}
-        )
+        await conn.execute(text("SELECT pg_advisory_unlock(hashtextextended(:n, 0))"), {"n": name})
     done = await batch(api, alice, [item("a")], key="busy")
     assert done.status_code == 201, done.text
 
@@ -189,7 +187,8 @@ async def test_concurrent_calls_with_one_key_write_once(api: Api) -> None:
         *(batch(api, alice, [item("same")], key="twice") for _ in range(3))
     )
     statuses = sorted(response.status_code for response in answers)
-    assert statuses[0] == 201 and set(statuses) <= {201, 409}, statuses
+    assert statuses[0] == 201, statuses
+    assert set(statuses) <= {201, 409}, statuses
     assert await count_memories(api.runtime) == before + 1
 
 
@@ -208,7 +207,8 @@ async def test_a_deleted_memory_takes_its_stored_answer_with_it(api: Api) -> Non
     before = await count_memories(api.runtime)
     again = await batch(api, alice, [item("a", "a value to forget")], key="gone")
     body = assert_problem(again, 410, "idempotency-answer-gone")
-    assert "a value to forget" not in again.text and body["detail"]
+    assert "a value to forget" not in again.text
+    assert body["detail"]
     assert await count_memories(api.runtime) == before
 
 
@@ -229,3 +229,23 @@ async def test_the_batch_spends_one_embedding_call_per_item(api: Api) -> None:
     refused = await batch(api, alice, [item("one-more")])
     assert_problem(refused, 429, "rate-limited")
     assert await count_memories(api.runtime) == before + 3
+
+
+async def test_the_mcp_tool_writes_a_batch_like_rest(api: Api) -> None:
+    from tests.integration.mcp.support import error_text, mcp_session, payload, serving
+
+    alice = await api.new_agent("alice")
+    before = await count_memories(api.runtime)
+    async with serving(api.runtime) as base, mcp_session(base, alice.token) as session:
+        written = payload(
+            await session.call_tool("remember_many", {"items": [item("m1"), item("m2")]})
+        )
+        refused = await session.call_tool(
+            "remember_many", {"items": [item("m3"), item("m4", space_id=str(uuid.uuid4()))]}
+        )
+    assert written["count"] == 2
+    assert [one["memory"]["key"] for one in written["items"]] == ["m1", "m2"]
+    assert refused.structured_content is not None
+    assert refused.structured_content["type"] == PROBLEM_BASE_URI + "batch-rejected"
+    assert [e["index"] for e in refused.structured_content["errors"]] == [1], error_text(refused)
+    assert await count_memories(api.runtime) == before + 2
