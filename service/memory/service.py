@@ -199,6 +199,9 @@ class MemoryService:
         self._facts = facts
         self._embedder = embedder
         self._limits = limits
+        self._targets: WriteTargets | None = None
+        """The caller's write targets while a batch runs: read once for all its items (nothing
+        a write does changes grants or spaces)."""
         self._budget: repository.ReadBudget | None = None
         """The read budget of the block being run (`_read_budget`), for its last statement."""
 
@@ -343,15 +346,20 @@ class MemoryService:
         its lock only, so the transaction stays usable; the call rolls it all back)."""
         written: list[MemoryWritten] = []
         failures: list[tuple[int, Problem]] = []
-        for index, item in enumerate(items):
-            try:
-                sources = await self._sources_of(principal, item.derived_from)
-                gate = None if item.new_key else self._write_gate
-                written.append(
-                    await self._write(principal, item, sources, gate=gate, vector=vectors[index])
-                )
-            except Problem as problem:
-                failures.append((index, problem))
+        self._targets = await write_targets(self._session, principal)
+        try:
+            for index, item in enumerate(items):
+                try:
+                    sources = await self._sources_of(principal, item.derived_from)
+                    gate = None if item.new_key else self._write_gate
+                    vector = vectors[index]
+                    written.append(
+                        await self._write(principal, item, sources, gate=gate, vector=vector)
+                    )
+                except Problem as problem:
+                    failures.append((index, problem))
+        finally:
+            self._targets = None
         if failures:
             raise self._rejected(failures, len(items))
         if self._quotas is not None:
@@ -906,7 +914,7 @@ class MemoryService:
         settings, the personal space) read in the same statement."""
         # Writing needs read too: a writer sees what it wrote (a new version returns its row,
         # and supersession reads the live one), and row-level security demands both.
-        targets = await write_targets(self._session, principal)
+        targets = self._targets or await write_targets(self._session, principal)
         readable, writable = targets.readable, targets.writable
         if requested is not None:
             if requested in writable:
