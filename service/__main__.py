@@ -680,7 +680,12 @@ def _transfer_commands(commands: Any, command: Callable[..., argparse.ArgumentPa
             "--client-secret-file", help="a file holding the client's secret (else env)"
         )
         if verb == "import":
-            transfer.add_argument("--format", choices=FORMATS, default="memgate")
+            transfer.add_argument(
+                "--format",
+                choices=FORMATS,
+                default="memgate",
+                help="the file's shape: memgate (what export writes), mem0 or zep exports",
+            )
             transfer.add_argument(
                 "--batch-size",
                 type=int,
