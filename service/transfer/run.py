@@ -51,6 +51,16 @@ class Item:
     line: int
     after: Position
     """The position once this item is written."""
+    skipped: int = 0
+    """Records skipped on the lines read since the item before (counted once it is written)."""
+
+
+@dataclass(frozen=True)
+class Passed:
+    """A line of skipped records only (or a blank one): the position after it."""
+
+    after: Position
+    skipped: int
 
 
 @dataclass
@@ -142,11 +152,16 @@ class ImportRun:
         with self.source.open("rb") as stream:
             stream.seek(start.offset)
             batch: list[Item] = []
+            waiting = 0  # skipped records read while a batch fills: counted with its next item
             for item in self._items(stream, start):
-                if isinstance(item, Position):  # a line of skipped records only
-                    if not batch:
-                        position = item
+                if isinstance(item, Passed):
+                    if batch:
+                        waiting += item.skipped
+                    else:  # nothing pending: the position moves past the line at once
+                        position, self.skipped = item.after, self.skipped + item.skipped
                     continue
+                item.skipped += waiting
+                waiting = 0
                 batch.append(item)
                 if len(batch) >= self.batch_size:
                     position = self._send(batch, position, size)
@@ -154,6 +169,7 @@ class ImportRun:
                     batch = []
             if batch:
                 position = self._send(batch, position, size)
+                self.skipped += waiting
                 progress.show(self.imported, self.skipped, position.offset)
         self.state_file.unlink(missing_ok=True)
         return {
@@ -163,7 +179,7 @@ class ImportRun:
             "seconds": round(time.monotonic() - began, 3),
         }
 
-    def _items(self, stream: IO[bytes], start: Position) -> Iterator[Item | Position]:
+    def _items(self, stream: IO[bytes], start: Position) -> Iterator[Item | Passed]:
         now = datetime.now(UTC)
         offset, number = start.offset, start.line
         for raw in iter(stream.readline, b""):
@@ -174,18 +190,19 @@ class ImportRun:
                 bodies = [one for one in mapped if not isinstance(one, Skipped)]
                 skipped = len(mapped) - len(bodies)
                 first = start.done if offset == start.offset else 0
-                if first == 0:
-                    self.skipped += skipped
+                if first:  # the line's skips were counted with its first items, before the stop
+                    skipped = 0
                 for index in range(first, len(bodies)):
                     last = index == len(bodies) - 1
                     after = (
                         Position(end, number + 1) if last else Position(offset, number, index + 1)
                     )
-                    yield Item(self._target(bodies[index]), number, after)
+                    yield Item(self._target(bodies[index]), number, after, skipped)
+                    skipped = 0
                 if not bodies:
-                    yield Position(end, number + 1)
+                    yield Passed(Position(end, number + 1), skipped)
             else:
-                yield Position(end, number + 1)
+                yield Passed(Position(end, number + 1), 0)
             offset, number = end, number + 1
 
     def _parse(self, text: bytes, number: int, now: datetime) -> list[Body | Skipped]:
@@ -216,6 +233,7 @@ class ImportRun:
             )
             if answer.status_code == 201:
                 self.imported += int(answer.json()["count"])
+                self.skipped += sum(item.skipped for item in batch)
                 after = batch[-1].after
                 self._checkpoint(after, size, in_flight=None)
                 return after
@@ -244,7 +262,11 @@ class ImportRun:
         print(f"memgate import: skipped {len(failing)} invalid: {lines}", file=self.progress_stream)
         self.rejected += len(failing)
         kept = [item for index, item in enumerate(batch) if index not in failing]
-        if not kept:  # nothing left: the position still moves past them
+        carried = sum(item.skipped for index, item in enumerate(batch) if index in failing)
+        if kept:
+            kept[0].skipped += carried
+        else:  # nothing left: the position still moves past them
+            self.skipped += carried
             raise _AllRejected(batch[-1].after)
         return kept
 
