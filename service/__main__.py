@@ -682,6 +682,60 @@ def cmd_token(settings: Settings, scopes: list[str] | None) -> int:
     return 0
 
 
+def _transfer_server(settings: Settings, args: argparse.Namespace, command: str) -> Any:
+    """The server `memgate import|export` talks to, and whose client it authenticates as:
+    --client-id/--client-secret-file, else MEMGATE_CLIENT_ID/MEMGATE_CLIENT_SECRET, else the
+    bootstrap admin of MEMGATE_DATA_DIR (as `memgate token`)."""
+    from service.transfer.client import Credentials, Server, TransferFailed
+
+    client_id = args.client_id or os.environ.get("MEMGATE_CLIENT_ID")
+    if args.client_secret_file:
+        secret = Path(args.client_secret_file).read_text().strip()
+    else:
+        secret = os.environ.get("MEMGATE_CLIENT_SECRET", "")
+    if not client_id or not secret:
+        data_dir = settings.database.data_dir
+        try:
+            info = json.loads((data_dir / ADMIN_CLIENT_FILE).read_text())
+            client_id = str(info["client_id"])
+            secret = (data_dir / ADMIN_SECRET_FILE).read_text().strip()
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise TransferFailed(
+                f"no client to authenticate as: give --client-id and --client-secret-file (or "
+                "MEMGATE_CLIENT_ID and MEMGATE_CLIENT_SECRET), or run it beside the server's "
+                f"MEMGATE_DATA_DIR for its bootstrap admin ({exc.__class__.__name__})"
+            ) from None
+    return Server(args.url or settings.server.public_url, Credentials(client_id, secret))
+
+
+def cmd_transfer(settings: Settings, args: argparse.Namespace) -> int:
+    """`memgate import FILE` / `memgate export FILE`; failures are one line on stderr."""
+    from service.transfer.client import TransferFailed
+    from service.transfer.run import ExportRun, ImportRun
+
+    path = Path(args.file)
+    state = Path(args.state) if args.state else path.with_name(path.name + ".state")
+    try:
+        with _transfer_server(settings, args, args.command) as server:
+            if args.command == "import":
+                done = ImportRun(
+                    server,
+                    path,
+                    args.format,
+                    state,
+                    space_id=args.space,
+                    batch_size=args.batch_size,
+                    skip_invalid=args.skip_invalid,
+                ).run()
+            else:
+                done = ExportRun(server, path, state, space_id=args.space).run()
+    except (TransferFailed, OSError) as exc:
+        print(f"memgate {args.command}: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(done))
+    return 0
+
+
 def _platform_operator(settings: Settings, command: str) -> tuple[str, str] | None:
     """The bootstrap admin's client id and secret from MEMGATE_DATA_DIR (the platform admin)."""
     data_dir = settings.database.data_dir
@@ -809,6 +863,55 @@ def _worker_flag(raw: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"not a worker count (0 or more): {raw!r}")
     return value
+
+
+def _transfer_commands(commands: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
+    """`memgate import FILE` and `memgate export FILE` (service/transfer/)."""
+    from service.transfer.formats import FORMATS
+
+    for verb, summary, details in (
+        (
+            "import",
+            "import memories from a JSONL file into a running server",
+            "Sends batches of POST /v1/memories:batch, each under an Idempotency-Key, printing "
+            "progress on stderr. Resumable: after an interruption run the same command again "
+            "(the state file says where it stopped). docs/import-export.md has the formats.",
+        ),
+        (
+            "export",
+            "export the memories you may read from a running server to a JSONL file",
+            "Pages GET /v1/memories into the memgate import format; resumable like import.",
+        ),
+    ):
+        transfer = command(commands, verb, summary, details)
+        transfer.add_argument("file", help="the JSONL file")
+        transfer.add_argument("--space", help="the space to write into / to export (its id)")
+        transfer.add_argument(
+            "--state", help="the state file (default: FILE.state next to the file)"
+        )
+        transfer.add_argument("--url", help="the server (default MEMGATE_PUBLIC_URL)")
+        transfer.add_argument("--client-id", help="default MEMGATE_CLIENT_ID, else the admin")
+        transfer.add_argument(
+            "--client-secret-file", help="a file holding the client's secret (else env)"
+        )
+        if verb == "import":
+            transfer.add_argument(
+                "--format",
+                choices=FORMATS,
+                default="memgate",
+                help="the file's shape: memgate (what export writes), mem0 or zep exports",
+            )
+            transfer.add_argument(
+                "--batch-size",
+                type=int,
+                default=500,
+                help="memories per batch (at most the server's MEMGATE_BATCH_MAX_ITEMS)",
+            )
+            transfer.add_argument(
+                "--skip-invalid",
+                action="store_true",
+                help="leave out records the server refuses (listed on stderr) instead of stopping",
+            )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -953,6 +1056,7 @@ def build_parser() -> argparse.ArgumentParser:
     job_run.add_argument(
         "--dry-run", action="store_true", help="count what the job would do; change nothing"
     )
+    _transfer_commands(commands, command)
     openapi = command(commands, "openapi", "write the OpenAPI document")
     openapi.add_argument(
         "--output", type=Path, default=Path("openapi.yaml"), help="where (default openapi.yaml)"
@@ -997,6 +1101,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "tenants":
         argument = getattr(args, "name", None) or getattr(args, "tenant_id", None)
         return cmd_tenants(settings, args.tenant_command, argument)
+    if args.command in ("import", "export"):
+        return cmd_transfer(settings, args)
     if args.command == "jobs":
         return cmd_jobs_run(settings, args.name, args.tenant, args.space, args.dry_run)
     return cmd_openapi(args.output, args.markdown)

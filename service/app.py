@@ -29,7 +29,7 @@ from service.identity.controller import ClientController, PrincipalController
 from service.issuers.controller import IssuerController
 from service.jobs.controller import JobController
 from service.mcp.controller import mcp_routes
-from service.memory.controller import MemoryController
+from service.memory.controller import MemoryController, remember_many
 from service.observability.logging import request_context_middleware
 from service.observability.telemetry import otel_asgi
 from service.policy.controller import (
@@ -117,6 +117,7 @@ def create_app(runtime: Runtime | None = None) -> Litestar:
             HealthController,
             OAuthController,
             MemoryController,
+            remember_many,
             PrincipalController,
             ClientController,
             IssuerController,

@@ -475,6 +475,8 @@ class MemorySettings:
         `k`, so either leg alone can fill its answer).
     text_search_config: `MEMGATE_TEXT_SEARCH_CONFIG`; the PostgreSQL text search configuration
         of tenants that choose none (service/tenants/settings.py `TEXT_SEARCH_CONFIGS`).
+    batch_max_items: `MEMGATE_BATCH_MAX_ITEMS`; the most items one `POST /v1/memories:batch`
+        takes (1..10,000; the body must also fit `MEMGATE_MAX_BODY_BYTES`).
     """
 
     max_value_chars: int = 16_384
@@ -491,6 +493,7 @@ class MemorySettings:
     lexical_floor: float = 0.5
     fusion_depth: int = 100
     text_search_config: str = "english"
+    batch_max_items: int = 500
 
     def __post_init__(self) -> None:
         # Refused at start: a bad value would otherwise fail every large search, per request.
@@ -512,6 +515,8 @@ class MemorySettings:
             raise ValueError("MEMGATE_SEARCH_LEXICAL_FLOOR must be above 0 and at most 1")
         if not 1 <= self.fusion_depth <= 1000:
             raise ValueError("MEMGATE_SEARCH_FUSION_DEPTH must be between 1 and 1000")
+        if not 1 <= self.batch_max_items <= 10_000:
+            raise ValueError("MEMGATE_BATCH_MAX_ITEMS must be between 1 and 10000")
         if self.text_search_config not in TEXT_SEARCH_CONFIGS:
             raise ValueError(
                 "MEMGATE_TEXT_SEARCH_CONFIG must be one of " + ", ".join(TEXT_SEARCH_CONFIGS)
@@ -533,6 +538,7 @@ class MemorySettings:
             lexical_floor=_env_float("MEMGATE_SEARCH_LEXICAL_FLOOR", 0.5),
             fusion_depth=_env_int("MEMGATE_SEARCH_FUSION_DEPTH", 100),
             text_search_config=_env("MEMGATE_TEXT_SEARCH_CONFIG", "english"),
+            batch_max_items=_env_int("MEMGATE_BATCH_MAX_ITEMS", 500),
         )
 
 

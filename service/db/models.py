@@ -703,3 +703,32 @@ class JobRun(Base):
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class IdempotencyKey(Base):
+    """The answer a batch write gave under an `Idempotency-Key` (service/memory/idempotency.py),
+    kept until `expires_at` for a replay. `answer` is dropped (NULL) when one of the memories it
+    names is deleted, retracted or revoked (a trigger: migration 20261202_idempotency_keys)."""
+
+    __tablename__ = "idempotency_keys"
+    __table_args__ = (
+        PrimaryKeyConstraint("tenant_id", "principal_id", "client_id", "key"),
+        ForeignKeyConstraint(["tenant_id"], ["tenants.tenant_id"], ondelete="CASCADE"),
+        Index("ix_idempotency_keys_expiry", "tenant_id", "expires_at"),
+        Index("ix_idempotency_keys_memory_ids", "memory_ids", postgresql_using="gin"),
+    )
+
+    tenant_id: Mapped[uuid.UUID] = mapped_column(UUID)
+    principal_id: Mapped[uuid.UUID] = mapped_column(UUID)
+    client_id: Mapped[str] = mapped_column(Text)
+    key: Mapped[str] = mapped_column(Text)
+    request_hash: Mapped[bytes] = mapped_column(LargeBinary, nullable=False)
+    status: Mapped[int] = mapped_column(Integer, nullable=False)
+    answer: Mapped[bytes | None] = mapped_column(LargeBinary)
+    memory_ids: Mapped[list[uuid.UUID]] = mapped_column(
+        ARRAY(UUID), nullable=False, server_default=text("'{}'")
+    )
+    created_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), nullable=False, server_default=func.now()
+    )
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)

@@ -25,6 +25,10 @@ from litestar.routes import HTTPRoute
 
 from service.problems import InvalidRequest, MalformedRequest, UnsupportedMediaType
 
+BODY_CHECK = "memgate.body_check"
+"""Key in a route handler's `opt`: a function of the body bytes that checks it instead of the
+strict decode into the handler's struct (the batch write checks item by item), raising msgspec's
+errors for the body's own faults, or a `Problem`."""
 QUERY_PARAMETERS = "memgate.query_parameters"
 """Key in each route handler's `opt`: the query parameter names it declares (set by
 `declare_query_parameters`)."""
@@ -131,8 +135,12 @@ async def strict_request(request: Request[Any, Any, Any]) -> None:
             ],
         )
     _check_media_type(request)
+    check = request.route_handler.opt.get(BODY_CHECK)
     try:
-        msgspec.json.decode(body, type=data_field.annotation, strict=True)
+        if check is not None:
+            check(body)
+        else:
+            msgspec.json.decode(body, type=data_field.annotation, strict=True)
     except msgspec.ValidationError as exc:
         match = _AT_PATH.match(str(exc))
         message, path = (match["message"], match["path"]) if match else (str(exc), "")

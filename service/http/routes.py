@@ -34,7 +34,7 @@ def route(operation: Operation, **extra: Any) -> dict[str, Any]:
         guards.append(requires(operation.scope))
     if operation.check is not None:
         guards.append(_checked(operation))
-    opt: dict[str, Any] = {"operation": operation, "action": operation.name}
+    opt: dict[str, Any] = {**extra.pop("opt", {}), "operation": operation, "action": operation.name}
     kwargs: dict[str, Any] = {
         "guards": guards,
         "opt": opt,

@@ -32,7 +32,7 @@ from service.mcp.schemas import (
     MemoryRef,
 )
 from service.memory import operations as memory_ops
-from service.memory.schemas import MemoryCreate, SearchRequest
+from service.memory.schemas import MemoryBatch, MemoryCreate, SearchRequest
 from service.memory.service import MemoryService, time_travel
 from service.operations import OPERATIONS, Operation
 from service.runtime import Runtime
@@ -137,6 +137,13 @@ async def remember(call: Call, runtime: Runtime, data: MemoryCreate) -> msgspec.
     subject that has others answers 409 `key-choice-required` listing them (reuse one, or
     resend with `new_key: true`)."""
     return await _memories(call, runtime).write(_caller(call), data)
+
+
+@tool(memory_ops.WRITE_BATCH, name="remember_many", arguments=MemoryBatch, read_only=False)
+async def remember_many(call: Call, runtime: Runtime, data: MemoryBatch) -> msgspec.Struct:
+    """Write several memories (each item as `remember` takes it) in one transaction, in order,
+    or none: any failing item answers 422 `batch-rejected` listing every failing item."""
+    return (await _memories(call, runtime).write_batch(_caller(call), data)).body
 
 
 @tool(memory_ops.SEARCH, name="recall", arguments=SearchRequest, read_only=True)

@@ -6,24 +6,28 @@ import uuid
 from datetime import datetime
 from typing import Annotated
 
-from litestar import Controller, Request, delete, get, post
+from litestar import Controller, Request, Response, delete, get, post
 from litestar.datastructures import State
 from litestar.di import NamedDependency, Provide
-from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
+from litestar.params import FromPath, FromQuery, HeaderParameter, JSONBody, QueryParameter
 
 from service.auth.principal import Principal
 from service.auth.tokens import VerifiedToken
 from service.calls import Call
+from service.http.body import BODY_CHECK
 from service.http.deps import CallDep, Rt
 from service.http.params import parse_id
 from service.http.routes import route
 from service.memory import operations as ops
+from service.memory.batch import decode_batch
 from service.memory.repository import MemoryFilters
 from service.memory.schemas import (
     KEY_PATTERN,
     SUBJECT_PATTERN,
     GroupBy,
     Kind,
+    MemoryBatch,
+    MemoryBatchWritten,
     MemoryCounts,
     MemoryCreate,
     MemoryHistory,
@@ -185,3 +189,33 @@ class MemoryController(Controller):
     ) -> None:
         """Delete one memory. Needs `delete:memory`; `write:memory` does not imply it."""
         await _service(call, runtime).delete(request.user, parse_id(memory_id))
+
+
+IDEMPOTENCY_KEY = HeaderParameter(
+    name="Idempotency-Key",
+    required=False,
+    description="1-200 visible ASCII characters (a UUID will do). The same key with the same "
+    "body within 24 hours answers the first answer again (`Idempotent-Replayed: true`), "
+    "writing nothing; with another body 422 `idempotency-key-reused`; while the first call "
+    "runs 409 `idempotency-key-in-flight`.",
+)
+
+
+@post(
+    "/v1/memories:batch",
+    tags=["memories"],
+    **route(ops.WRITE_BATCH, opt={BODY_CHECK: decode_batch}),
+)
+async def remember_many(
+    request: AuthedRequest,
+    data: JSONBody[MemoryBatch],
+    call: CallDep,
+    runtime: Rt,
+    idempotency_key: Annotated[str | None, IDEMPOTENCY_KEY] = None,
+) -> Response[MemoryBatchWritten]:
+    """Write several memories in one transaction, each exactly as `POST /v1/memories` would,
+    in order, or none: any failing item answers 422 `batch-rejected` listing every failing
+    item. One audit row for the call, with its counts."""
+    answer = await _service(call, runtime).write_batch(request.user, data, idempotency_key)
+    headers = {"Idempotent-Replayed": "true"} if answer.replayed else {}
+    return Response(answer.body, status_code=answer.status, headers=headers)

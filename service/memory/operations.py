@@ -5,7 +5,11 @@ from __future__ import annotations
 from service.auth.scopes import Scope
 from service.embeddings.base import EmbeddingFailed, EmbeddingInvalid
 from service.memory.problems import (
+    BatchRejected,
     EvidenceRequired,
+    IdempotencyAnswerGone,
+    IdempotencyKeyInFlight,
+    IdempotencyKeyReused,
     KeyChoiceRequired,
     KOutOfRange,
     MemoryNotFound,
@@ -38,6 +42,20 @@ WRITE = operation(
     KeyChoiceRequired,
     EvidenceRequired,
     ReservedForJobs,
+    success=201,
+)
+WRITE_BATCH = operation(
+    "memory.write_batch",
+    "writeMemoryBatch",
+    "Write up to MEMGATE_BATCH_MAX_ITEMS memories in one transaction, all or none",
+    Scope.WRITE_MEMORY,
+    BatchRejected,
+    IdempotencyKeyReused,
+    IdempotencyKeyInFlight,
+    IdempotencyAnswerGone,
+    QuotaExceeded,
+    EmbeddingInvalid,
+    EmbeddingFailed,
     success=201,
 )
 LIST = operation(

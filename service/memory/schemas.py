@@ -85,6 +85,17 @@ class MemoryCreate(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     keys. Resend with this set only when none of the keys the 409 offered names this fact."""
 
 
+class MemoryBatch(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    items: Annotated[
+        list[MemoryCreate],
+        msgspec.Meta(
+            min_length=1,
+            description="Each item exactly the body of POST /v1/memories; 1 to "
+            "MEMGATE_BATCH_MAX_ITEMS (default 500) of them, written in order, all or none.",
+        ),
+    ]
+
+
 class SearchFilters(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     subject: Subject | None = None
     kind: Kind | None = None
@@ -208,6 +219,12 @@ class MemoryWritten(msgspec.Struct, kw_only=True):
     write from other sources (or into the narrower space) if that is not what you meant."""
     reverted: RevertNote | None = None
     """Set by a revert that could not cite every source of the version it brought back."""
+
+
+class MemoryBatchWritten(msgspec.Struct, kw_only=True):
+    items: list[MemoryWritten]
+    """Per item, in order, exactly the answer of POST /v1/memories."""
+    count: int
 
 
 class MemoryPage(msgspec.Struct, kw_only=True):

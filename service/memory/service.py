@@ -7,12 +7,13 @@ import hashlib
 import json
 import unicodedata
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, TypeVar, cast, get_args
 
+import msgspec
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.auth.principal import Principal
@@ -20,9 +21,15 @@ from service.calls import Facts
 from service.db.base import uuid7
 from service.db.models import Memory
 from service.embeddings import Embedder, model_tag
-from service.memory import repository
+from service.embeddings.base import EmbeddingInvalid
+from service.memory import idempotency, repository
+from service.memory.batch import batch_rejected
 from service.memory.problems import (
+    BatchRejected,
     EvidenceRequired,
+    IdempotencyAnswerGone,
+    IdempotencyKeyInFlight,
+    IdempotencyKeyReused,
     KeyChoiceRequired,
     KOutOfRange,
     MemoryNotFound,
@@ -51,6 +58,8 @@ from service.memory.schemas import (
     CountGroup,
     GroupBy,
     Kind,
+    MemoryBatch,
+    MemoryBatchWritten,
     MemoryCounts,
     MemoryCreate,
     MemoryHistory,
@@ -75,7 +84,7 @@ from service.policy.visible import (
     visible,
     write_targets,
 )
-from service.problems import BadCursor, InvalidRequest
+from service.problems import BadCursor, InvalidRequest, Problem
 from service.quotas.limiter import Quotas
 from service.settings import MemorySettings
 
@@ -161,6 +170,15 @@ def content_hash(value: str) -> bytes:
     return hashlib.sha256(normalized.encode()).digest()
 
 
+@dataclass(frozen=True)
+class BatchAnswer:
+    """A batch write's answer, and whether it is a replay of a stored one."""
+
+    body: MemoryBatchWritten
+    replayed: bool
+    status: int = 201
+
+
 class MemoryService:
     def __init__(
         self,
@@ -181,6 +199,9 @@ class MemoryService:
         self._facts = facts
         self._embedder = embedder
         self._limits = limits
+        self._targets: WriteTargets | None = None
+        """The caller's write targets while a batch runs: read once for all its items (nothing
+        a write does changes grants or spaces)."""
         self._budget: repository.ReadBudget | None = None
         """The read budget of the block being run (`_read_budget`), for its last statement."""
 
@@ -199,12 +220,14 @@ class MemoryService:
         gate: WriteGate | None,
         audience: Sequence[uuid.UUID] = (),
         unsourced: str | None = None,
+        vector: list[float] | None = None,
     ) -> MemoryWritten:
         """Write `data` citing `sources` (each readable by the caller), under `gate` (the write
         gate: None for a revert or `new_key`) if the space has it on; readable only by readers
         of `audience` too.
         `unsourced`: what the evidence gate says when `data` cites nothing (the caller's
-        own words by default)."""
+        own words by default). `vector`: the value's embedding, made already (a batch embeds
+        all its values in one call, and checks the storage quota once at its end)."""
         if reserved(data.kind, data.key, data.source):
             raise ReservedForJobs(
                 f"Kind 'summary' under the keys {', '.join(repr(k) for k in RESERVED_KEYS)}, "
@@ -235,7 +258,11 @@ class MemoryService:
             tuple(read_requires),
         )
         scope = visible(principal, Action.WRITE)
-        [vector] = await self._embed(principal, data.value)
+        if vector is None:
+            [vector] = await self._embed(principal, data.value)
+            check_storage = True
+        else:
+            check_storage = False
         if not gates.write_gate:
             gate = None
         now = await repository.lock_key(self._session, ref, subject_too=gate is not None)
@@ -248,7 +275,8 @@ class MemoryService:
         row = self._new_row(principal, data, ref, vector, now, new_id, made.previous)
         row.derived_from, row.read_requires = [source.id for source in sources], read_requires
         row = await repository.insert(self._session, row)
-        if self._quotas is not None:  # counted by the insert's trigger; over quota: rolled back
+        if check_storage and self._quotas is not None:
+            # Counted by the insert's trigger; over quota: rolled back.
             await self._quotas.check_storage(self._session, principal.tenant_id)
         self._facts.add_targets([row.id, *made.superseded])
         return MemoryWritten(
@@ -256,6 +284,140 @@ class MemoryService:
             superseded=made.superseded,
             audience_narrowed=narrowing(space_id, read_requires, targets.personal),
         )
+
+    async def write_batch(
+        self, principal: Principal, batch: MemoryBatch, idempotency_key: str | None = None
+    ) -> BatchAnswer:
+        """Write every item of `batch` in order, each exactly as `write` would, or none: any
+        item that fails makes the batch 422 `batch-rejected` listing every failing item (the
+        call rolls back what the others wrote). The values are embedded in one call of the
+        provider, before any write, and spend one embedding call of the tenant's quota per
+        item; the storage quota is checked once, after the last insert. Under an
+        `idempotency_key` the answer is kept 24 hours and a repeat gets it again
+        (service/memory/idempotency.py)."""
+        items = batch.items
+        if len(items) > self._limits.batch_max_items:
+            raise InvalidRequest(
+                f"The batch has {len(items)} items; the most one batch takes is "
+                f"{self._limits.batch_max_items}. Nothing was written: split it.",
+                errors=[
+                    {
+                        "field": "items",
+                        "source": "body",
+                        "message": f"Expected at most {self._limits.batch_max_items} items",
+                    }
+                ],
+                max_items=self._limits.batch_max_items,
+            )
+        key = None
+        if idempotency_key is not None:
+            key = idempotency.key_of(principal, idempotency_key, msgspec.json.encode(batch))
+            earlier = await self._replay(key)
+            if earlier is not None:
+                return earlier
+        self._reject_failing((index, self._check_value, item) for index, item in enumerate(items))
+        vectors = await self._embed_all(principal, [item.value for item in items])
+        if key is not None:
+            if not await idempotency.try_lock(self._session, key):
+                raise IdempotencyKeyInFlight(
+                    "A request with this Idempotency-Key is still being carried out; retry "
+                    "after Retry-After seconds to get its answer. Nothing was written."
+                )
+            earlier = await self._replay(key)  # answered while this one embedded
+            if earlier is not None:
+                return earlier
+        written = await self._write_items(principal, items, vectors)
+        answer = MemoryBatchWritten(items=written, count=len(written))
+        superseded = sum(len(one.superseded) for one in written)
+        self._facts.count(len(written))
+        self._facts.reason = (
+            f"batch:items={len(written)},created={len(written)},superseded={superseded}"
+        )
+        if key is not None:
+            ids = [one.memory.id for one in written]
+            await idempotency.keep(self._session, key, 201, msgspec.json.encode(answer), ids)
+        return BatchAnswer(answer, replayed=False)
+
+    async def _write_items(
+        self, principal: Principal, items: list[MemoryCreate], vectors: list[list[float]]
+    ) -> list[MemoryWritten]:
+        """Each item through the single write's path; every failure is collected, not only
+        the first (a problem is raised before the item's insert or, for the write gate, after
+        its lock only, so the transaction stays usable; the call rolls it all back)."""
+        written: list[MemoryWritten] = []
+        failures: list[tuple[int, Problem]] = []
+        self._targets = await write_targets(self._session, principal)
+        try:
+            for index, item in enumerate(items):
+                try:
+                    sources = await self._sources_of(principal, item.derived_from)
+                    gate = None if item.new_key else self._write_gate
+                    vector = vectors[index]
+                    written.append(
+                        await self._write(principal, item, sources, gate=gate, vector=vector)
+                    )
+                except Problem as problem:
+                    failures.append((index, problem))
+        finally:
+            self._targets = None
+        if failures:
+            raise self._rejected(failures, len(items))
+        if self._quotas is not None:
+            await self._quotas.check_storage(self._session, principal.tenant_id)
+        return written
+
+    def _reject_failing(
+        self, checks: Iterable[tuple[int, Callable[[MemoryCreate], None], MemoryCreate]]
+    ) -> None:
+        failures: list[tuple[int, Problem]] = []
+        total = 0
+        for index, check, item in checks:
+            total += 1
+            try:
+                check(item)
+            except Problem as problem:
+                failures.append((index, problem))
+        if failures:
+            raise self._rejected(failures, total)
+
+    def _rejected(self, failures: list[tuple[int, Problem]], total: int) -> BatchRejected:
+        self._facts.targets.clear()  # nothing was written: the refusal names no memory
+        return batch_rejected(failures, total)
+
+    async def _replay(self, key: idempotency.Key) -> BatchAnswer | None:
+        earlier = await idempotency.stored(self._session, key)
+        if earlier is None:
+            return None
+        if earlier.request_hash != key.request_hash:
+            raise IdempotencyKeyReused(
+                "This Idempotency-Key answered another request body within the last 24 hours. "
+                "Nothing was written: send this body under a new key."
+            )
+        if earlier.answer is None:
+            raise IdempotencyAnswerGone(
+                "The request with this Idempotency-Key was carried out, but a memory its answer "
+                "named has since been deleted, retracted, revoked or erased, so the answer is "
+                "no longer kept. Nothing was written; read the memories (GET /v1/memories) "
+                "before writing under a new key."
+            )
+        answer = msgspec.json.decode(earlier.answer, type=MemoryBatchWritten)
+        self._facts.add_targets(one.memory.id for one in answer.items)
+        self._facts.count(answer.count)
+        self._facts.reason = f"idempotent-replay:items={answer.count}"
+        return BatchAnswer(answer, replayed=True, status=earlier.status)
+
+    async def _embed_all(self, principal: Principal, texts: list[str]) -> list[list[float]]:
+        """`_embed` for a batch: one provider call, one embedding call of quota per text."""
+        if self._quotas is not None:
+            await self._quotas.admit_embeddings(principal.tenant_id, len(texts))
+        if self._embedder.remote and self._session.in_transaction():
+            await self._session.rollback()
+        vectors = await self._embedder.embed(texts)
+        if len(vectors) != len(texts):
+            raise EmbeddingInvalid(
+                f"The embedding provider answered {len(vectors)} vectors for {len(texts)} texts."
+            )
+        return vectors
 
     async def _write_gate(self, principal: Principal, ref: KeyRef) -> None:
         """Refuse a key new to its subject while the subject has live memories of the same
@@ -752,7 +914,7 @@ class MemoryService:
         settings, the personal space) read in the same statement."""
         # Writing needs read too: a writer sees what it wrote (a new version returns its row,
         # and supersession reads the live one), and row-level security demands both.
-        targets = await write_targets(self._session, principal)
+        targets = self._targets or await write_targets(self._session, principal)
         readable, writable = targets.readable, targets.writable
         if requested is not None:
             if requested in writable:

@@ -279,6 +279,25 @@ class Quotas:
             )
             await self._take(tenant_id, TENANT_SCOPE, rate, per_minute_words=per_minute)
 
+    async def admit_embeddings(self, tenant_id: uuid.UUID, count: int) -> None:
+        """`count` embedding calls at once (a batch write: one per item), or none: a refusal
+        gives back what the batch took before it."""
+        per_minute = (await self.limits(tenant_id)).tenant.embedding_calls_per_minute
+        if per_minute is None:
+            return
+        rate = _Rate(
+            "embeddings", "tenant-embeddings", per_minute / 60, per_minute, "embedding calls"
+        )
+        taken = 0
+        try:
+            for _ in range(count):
+                await self._take(tenant_id, TENANT_SCOPE, rate, per_minute_words=per_minute)
+                taken += 1
+        except BaseException:
+            for _ in range(taken):
+                self._refund(tenant_id, TENANT_SCOPE, rate.kind)
+            raise
+
     async def check_storage(self, session: AsyncSession, tenant_id: uuid.UUID) -> None:
         """After a write, in its transaction: refuse it (raise; the call rolls back) if the
         tenant now stores more memories (every version) or bytes than its quota."""

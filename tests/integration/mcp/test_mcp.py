@@ -24,6 +24,7 @@ from tests.integration.memory.support import count_memories
 NOTE = {"subject": "service:billing", "kind": "fact", "key": "deploy.window", "value": "Fridays"}
 TOOL_ACTIONS = {
     "remember": "memory.write",
+    "remember_many": "memory.write_batch",
     "recall": "memory.search",
     "get_memory": "memory.get",
     "memory_history": "memory.history",

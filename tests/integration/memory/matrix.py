@@ -196,6 +196,13 @@ async def check_minimal_scope(api: Api, route: Route) -> None:
             (b["memory"]["provenance"]["writer_id"], b["memory"]["key"]),
             (alice.principal_id, "matrix"),
         ),
+        "POST /v1/memories:batch": lambda b: (
+            (
+                b["count"],
+                [(i["memory"]["provenance"]["writer_id"], i["memory"]["key"]) for i in b["items"]],
+            ),
+            (1, [(alice.principal_id, "matrix.batch")]),
+        ),
         "GET /v1/memories": lambda b: ([i["id"] for i in b["items"]], [targets.memory_id]),
         "GET /v1/memories/counts": lambda b: (b["total"], 1),
         "POST /v1/memories/search": lambda b: (
@@ -279,7 +286,11 @@ async def check_minimal_scope(api: Api, route: Route) -> None:
     actual, expected = projections[str(route)](body_out)
     assert actual == expected
     # A delete retracts in place (the row stays as a stub); a revert writes a new version.
-    delta = {"POST /v1/memories": 1, "POST /v1/memories/{id}/revert": 1}.get(str(route), 0)
+    delta = {
+        "POST /v1/memories": 1,
+        "POST /v1/memories:batch": 1,
+        "POST /v1/memories/{id}/revert": 1,
+    }.get(str(route), 0)
     assert await count_memories(api.runtime) == before + delta
     if route.group == "admin":
         assert "mgs_" not in response.text or str(route) == "POST /v1/clients"

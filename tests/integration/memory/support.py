@@ -120,6 +120,10 @@ def _memory_body(_: Targets) -> dict[str, Any]:
     }
 
 
+def _batch_body(targets: Targets) -> dict[str, Any]:
+    return {"items": [_memory_body(targets) | {"key": "matrix.batch"}]}
+
+
 def _search_body(_: Targets) -> dict[str, Any]:
     return {"query": "the caller's own memory", "k": 5}  # its words: clears the floor
 
@@ -143,6 +147,7 @@ def issuer_body(_: Targets) -> dict[str, Any]:
 
 ROUTES: tuple[Route, ...] = (
     Route("POST", "/v1/memories", "write:memory", "memory", body=_memory_body, ok_status=201),
+    Route("POST", "/v1/memories:batch", "write:memory", "memory", body=_batch_body, ok_status=201),
     Route("GET", "/v1/memories", "read:memory", "memory"),
     Route("GET", "/v1/memories/counts", "read:memory", "memory"),
     Route("POST", "/v1/memories/search", "read:memory", "memory", body=_search_body),

@@ -163,6 +163,17 @@ def _memory_body(**extra: Any) -> Callable[[Side, str], Ask]:
     return ask
 
 
+def _batch_body(**extra: Any) -> Callable[[Side, str], Ask]:
+    """A batch of one write whose probed field holds the value (a foreign id in any item is
+    that item's 404, so the batch's 422 `batch-rejected` lists it as the single write's)."""
+    single = _memory_body(**extra)
+
+    def ask(side: Side, value: str) -> Ask:
+        return Ask("POST", "/v1/memories:batch", json={"items": [single(side, value).json]})
+
+    return ask
+
+
 def _search(filter_name: str) -> Callable[[Side, str], Ask]:
     """A search whose `filters.<filter_name>` is the probed value."""
     return lambda side, value: Ask(
@@ -347,6 +358,24 @@ PROBES: tuple[Probe, ...] = (
         _memory_body(derived_from="{value}"),
         memory_id_of,
         "memory-not-found",
+        caller=_agent,
+    ),
+    Probe(
+        "POST /v1/memories:batch",
+        BODY,
+        "items[].space_id",
+        _batch_body(space_id="{value}"),
+        space_id_of,
+        "batch-rejected",
+        caller=_agent,
+    ),
+    Probe(
+        "POST /v1/memories:batch",
+        BODY,
+        "items[].derived_from",
+        _batch_body(derived_from="{value}"),
+        memory_id_of,
+        "batch-rejected",
         caller=_agent,
     ),
     Probe(

@@ -76,6 +76,13 @@ TOOL_PROBES = (
         "memory-not-found",
     ),
     ToolProbe(
+        "remember_many",
+        "items[].space_id",
+        lambda v: {"items": [{**NOTE, "space_id": v}]},
+        space_id_of,
+        "batch-rejected",
+    ),
+    ToolProbe(
         "list_memories", "space_id", lambda v: {"space_id": v}, space_id_of, "space-not-found"
     ),
     ToolProbe(
