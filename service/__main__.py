@@ -1078,35 +1078,45 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"memgate: {exc}", file=sys.stderr)
         return 2
-    if args.command == "serve":
-        return cmd_serve(settings, args.workers, args.migrate)
-    if args.command == "healthcheck":
-        return cmd_healthcheck(settings)
-    if args.command == "migrate":
-        return cmd_migrate(settings)
-    if args.command == "revision":
-        return cmd_revision(settings, args.message)
-    if args.command == "keys" and args.action == "rotate-audit":
+    return _COMMANDS[args.command](settings, args)
+
+
+def _keys(settings: Settings, args: argparse.Namespace) -> int:
+    if args.action == "rotate-audit":
         return cmd_rotate_audit_key(settings)
-    if args.command == "keys":
-        return cmd_rotate_keys(settings)
-    if args.command == "audit" and args.audit_command == "verify":
+    return cmd_rotate_keys(settings)
+
+
+def _audit(settings: Settings, args: argparse.Namespace) -> int:
+    if args.audit_command == "verify":
         from service.audit.independent import run
 
         return run(args.export, args.checkpoint, args.keys, args.head)
-    if args.command == "audit":
-        return cmd_audit_checkpoint(settings)
-    if args.command == "token":
-        return cmd_token(settings, args.scope)
-    if args.command == "tenants":
-        argument = getattr(args, "name", None) or getattr(args, "tenant_id", None)
-        return cmd_tenants(settings, args.tenant_command, argument)
-    if args.command in ("import", "export"):
-        return cmd_transfer(settings, args)
-    if args.command == "jobs":
-        return cmd_jobs_run(settings, args.name, args.tenant, args.space, args.dry_run)
-    return cmd_openapi(args.output, args.markdown)
+    return cmd_audit_checkpoint(settings)
 
+
+def _tenants(settings: Settings, args: argparse.Namespace) -> int:
+    argument = getattr(args, "name", None) or getattr(args, "tenant_id", None)
+    return cmd_tenants(settings, args.tenant_command, argument)
+
+
+_COMMANDS: dict[str, Callable[[Settings, argparse.Namespace], int]] = {
+    "serve": lambda settings, args: cmd_serve(settings, args.workers, args.migrate),
+    "healthcheck": lambda settings, _: cmd_healthcheck(settings),
+    "migrate": lambda settings, _: cmd_migrate(settings),
+    "revision": lambda settings, args: cmd_revision(settings, args.message),
+    "keys": _keys,
+    "audit": _audit,
+    "token": lambda settings, args: cmd_token(settings, args.scope),
+    "tenants": _tenants,
+    "import": cmd_transfer,
+    "export": cmd_transfer,
+    "jobs": lambda settings, args: cmd_jobs_run(
+        settings, args.name, args.tenant, args.space, args.dry_run
+    ),
+    "openapi": lambda _, args: cmd_openapi(args.output, args.markdown),
+}
+"""Each `memgate` command: what it runs with the settings and its parsed arguments."""
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -25,23 +25,10 @@ from memgate_client._endpoints import ENDPOINTS, Endpoint
 ROOT = Path(__file__).resolve().parents[2]
 CLIENT = ROOT / "clients" / "python"
 
-PENDING: dict[str, dict[str, Any]] = {
-    # PENDING IN openapi.yaml: the batch write is built in parallel on another branch (issue 14,
-    # the import/export part). This entry is its agreed contract; the lead deletes it at merge,
-    # when the route is in openapi.yaml (test_pending_entries_are_not_in_openapi_yet fails
-    # until then, so it cannot be forgotten).
-    "writeMemoryBatch": {
-        "method": "post",
-        "path": "/v1/memories:batch",
-        "body": {"properties": {"items": {}}, "required": ["items"]},
-        "items_schema": "MemoryCreate",
-        "success": "201",
-        "answer": {"items", "count"},
-    },
-}
 ANSWERS: dict[str, Any] = {
     "MemoryOut": t.Memory,
     "MemoryWritten": t.MemoryWritten,
+    "MemoryBatchWritten": t.BatchWritten,
     "Provenance": t.Provenance,
     "MemoryPage": t.MemoryPage,
     "MemoryHistory": t.MemoryPage,
@@ -111,11 +98,7 @@ def snake(operation_id: str) -> str:
     return re.sub(r"(?<!^)(?=[A-Z])", "_", operation_id).lower()
 
 
-def _checked_endpoints() -> list[Endpoint]:
-    return [e for e in ENDPOINTS if e.operation_id not in PENDING]
-
-
-@pytest.mark.parametrize("endpoint", _checked_endpoints(), ids=lambda e: e.operation_id)
+@pytest.mark.parametrize("endpoint", ENDPOINTS, ids=lambda e: e.operation_id)
 def test_every_endpoint_is_in_openapi_with_its_operation_id(
     document: dict[str, Any], endpoint: Endpoint
 ) -> None:
@@ -130,7 +113,7 @@ def test_every_endpoint_is_in_openapi_with_its_operation_id(
 
 @pytest.mark.parametrize(
     "endpoint",
-    [e for e in _checked_endpoints() if e.body is not None],
+    [e for e in ENDPOINTS if e.body is not None],
     ids=lambda e: e.operation_id,
 )
 def test_request_fields_are_the_request_schemas(
@@ -146,7 +129,7 @@ def test_request_fields_are_the_request_schemas(
 def test_endpoints_without_a_body_send_none(document: dict[str, Any]) -> None:
     """A client endpoint without a body shape is an operation without a JSON body (or the
     token form, checked below)."""
-    for endpoint in _checked_endpoints():
+    for endpoint in ENDPOINTS:
         if endpoint.body is None and not endpoint.form:
             assert "requestBody" not in _operation(document, endpoint), endpoint.operation_id
 
@@ -176,7 +159,7 @@ def test_answer_types_name_the_answer_schemas_fields(document: dict[str, Any], n
 
 
 def test_every_answer_schema_of_a_client_endpoint_has_its_type(document: dict[str, Any]) -> None:
-    for endpoint in _checked_endpoints():
+    for endpoint in ENDPOINTS:
         for status, answer in _operation(document, endpoint)["responses"].items():
             if not status.startswith("2"):
                 continue
@@ -187,34 +170,11 @@ def test_every_answer_schema_of_a_client_endpoint_has_its_type(document: dict[st
                     assert name in ANSWERS or name.endswith("List"), (endpoint, name)
 
 
-def test_pending_entries_are_not_in_openapi_yet(document: dict[str, Any]) -> None:
-    """Once a pending route is in openapi.yaml, delete its PENDING entry: it is then checked
-    like every other endpoint."""
-    ids = {
-        operation.get("operationId")
-        for item in document["paths"].values()
-        for operation in item.values()
-        if isinstance(operation, dict)
-    }
-    assert not (set(PENDING) & ids), f"in openapi.yaml now, delete from PENDING: {set(PENDING)}"
-
-
-def test_pending_endpoints_match_their_agreed_contract(document: dict[str, Any]) -> None:
-    for endpoint in ENDPOINTS:
-        contract = PENDING.get(endpoint.operation_id)
-        if contract is None:
-            continue
-        assert (endpoint.method.lower(), endpoint.path) == (contract["method"], contract["path"])
-        keys, required = _fields(endpoint.body)
-        assert keys == set(contract["body"]["properties"])
-        assert required == set(contract["body"]["required"])
-        items = _schema(document, contract["items_schema"])
-        item_keys, item_required = _fields(t.MemoryCreate)
-        assert item_keys == set(items["properties"])
-        assert item_required == set(items["required"])
-        assert set(_fields(t.BatchWritten)[0]) == contract["answer"]
-        assert endpoint.keyed
-        assert endpoint.retryable
+def test_the_batch_write_is_keyed_and_retried() -> None:
+    """The one POST the client retries carries an Idempotency-Key (docs/import-export.md)."""
+    [batch] = [e for e in ENDPOINTS if e.operation_id == "writeMemoryBatch"]
+    assert batch.keyed
+    assert batch.retryable
 
 
 def test_method_names_follow_operation_ids_in_both_clients() -> None:

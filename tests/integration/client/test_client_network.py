@@ -21,6 +21,7 @@ from memgate_client import (
     RetryPolicy,
     TokenExchange,
 )
+from memgate_client.types import MemoryCreate
 
 from tests.integration.client.conftest import QUICK, TOKEN_TTL, DroppingProxy, Tenant
 
@@ -201,6 +202,32 @@ async def test_a_plain_write_is_never_sent_twice(tenant: Tenant, proxy: Dropping
             for when, key in (("after", "lost-answer"), ("before", "never-sent"))
         }
     assert {when: counts["total"] for when, counts in stored.items()} == {"after": 1, "before": 0}
+
+
+async def test_a_batch_whose_answer_was_lost_is_resent_under_its_key_and_written_once(
+    tenant: Tenant, proxy: DroppingProxy
+) -> None:
+    """The server wrote the batch, the answer was lost: the client resends it under the same
+    Idempotency-Key and gets the stored answer, so each memory exists once, at version 1."""
+    agent = await tenant.agent("dropped-batch")
+    items: list[MemoryCreate] = [  # new keys on purpose: the write gate asks otherwise
+        {"subject": "service:batch", "kind": "fact", "key": f"batch.{n}", "value": f"item {n}",
+         "new_key": True}
+        for n in range(3)
+    ]  # fmt: skip
+    async with AsyncMemgate(proxy.url, credentials=agent.credentials(), retry=QUICK) as mg:
+        await mg.list_memories(limit=1)  # the token, fetched before the drop
+        proxy.drop(1, "after")
+        written = await mg.write_memory_batch(items=items)
+        assert proxy.dropped == 1
+        assert written["count"] == 3
+        assert [one["memory"]["key"] for one in written["items"]] == [i["key"] for i in items]
+        for item in items:
+            counts = await mg.count_memories(key=item["key"])
+            assert counts["total"] == 1
+        page = await mg.list_memories(subject="service:batch", limit=50)
+        versions = {m["key"]: m["version"] for m in page["items"] if m["key"].startswith("batch.")}
+    assert versions == {"batch.0": 1, "batch.1": 1, "batch.2": 1}
 
 
 async def test_the_sync_client_retries_too(tenant: Tenant, proxy: DroppingProxy) -> None:
