@@ -102,9 +102,14 @@ class ReadReplica:
         except Exception as exc:
             _log.warning("primary_lsn_sample_failed", error_type=type(exc).__name__)
             return
-        self._samples.append((sent, str(lsn)))
+        self.note_sample(sent, str(lsn))
+
+    def note_sample(self, sent: float, lsn: str) -> None:
+        """The primary was at `lsn` (or later) when a sample was sent at `sent` (monotonic).
+        Samples older than the bound go, but the newest is always kept."""
+        self._samples.append((sent, lsn))
         oldest_useful = time.monotonic() - self.max_lag
-        while len(self._samples) > 1 and self._samples[1][0] < oldest_useful:
+        while len(self._samples) > 1 and self._samples[0][0] < oldest_useful:
             self._samples.popleft()
 
     def wrote(self) -> None:
