@@ -227,7 +227,9 @@ class Call:
                 replica.failed(exc)
                 row, reason = None, "replica-failed"
             else:
-                reason = "behind" if row.fresh is False else "" if row.fresh else "not-a-standby"
+                reason = _staleness(row.fresh)
+                if reason == "not-a-standby":  # misconfigured: do not ask it on every read
+                    replica.failed(RuntimeError("MEMGATE_READ_DATABASE_URL is not a standby"))
             if not reason:
                 self.on_replica = True
                 replica.answered()
@@ -485,6 +487,14 @@ def _entrance_of(check: ScalarSelect[Any], read_only: bool) -> Select[Any]:
 
 _PLAIN_ENTRANCE = {read_only: _entrance_of(EMBEDDED_LIVE, read_only) for read_only in (False, True)}
 """The entrance of a plain token of our own issuer (most calls), built once."""
+
+
+def _staleness(fresh: bool | None) -> str:
+    """Why a replica's answer to the freshness column rules it out ('' when it does not)."""
+    if fresh is None:  # pg_last_wal_replay_lsn() is NULL outside recovery
+        return "not-a-standby"
+    return "" if fresh else "behind"
+
 
 _FRESH = (func.pg_last_wal_replay_lsn() >= cast(bindparam("fresh_lsn"), PgLsn())).label("fresh")
 """On the replica: has it replayed the primary's WAL up to `fresh_lsn`? (NULL on a primary.)"""

@@ -28,7 +28,11 @@ from service.auth.keys import (
 from service.auth.throttle import TokenGate
 from service.auth.tokens import CachedKeySet, TokenVerifier, TrustedIssuer, http_jwks_fetcher
 from service.db.models import EMBEDDING_DIMENSIONS
-from service.db.replica import CONNECT_TIMEOUT_SECONDS, ReadReplica
+from service.db.replica import (
+    CONNECT_TIMEOUT_SECONDS,
+    REPLICA_SAMPLER_CONNECTIONS,
+    ReadReplica,
+)
 from service.db.roles import login_problems
 from service.db.session import create_engine, create_sessionmaker
 from service.embeddings import Embedder, EmbeddingFailed, EmbeddingInvalid, traced_embedder
@@ -308,7 +312,7 @@ def _read_replica(settings: Settings, database_url: str) -> ReadReplica | None:
         connect_timeout=CONNECT_TIMEOUT_SECONDS,
     )
     instrument_engine(engine)
-    probe = create_engine(database_url, pool_size=1, max_overflow=0)
+    probe = create_engine(database_url, pool_size=REPLICA_SAMPLER_CONNECTIONS, max_overflow=0)
     replica = ReadReplica(engine, probe, database.read_replica_max_lag)
     replica.start()
     return replica

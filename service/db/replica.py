@@ -40,6 +40,9 @@ CONNECT_TIMEOUT_SECONDS = 2
 """The replica pool's connect timeout: a blackholed standby costs one read this long, then
 `RETRY_AFTER_FAILURE_SECONDS` of reads on the primary."""
 
+REPLICA_SAMPLER_CONNECTIONS = 1
+"""The sampler's pool on the primary (no overflow), per process."""
+
 _CURRENT_LSN = text("SELECT pg_current_wal_lsn()::text")
 
 
@@ -62,6 +65,7 @@ class ReadReplica:
         self.engine = engine
         self.sessionmaker: async_sessionmaker[AsyncSession] = create_sessionmaker(engine)
         self._probe = primary_probe
+        """One connection (`REPLICA_SAMPLER_CONNECTIONS`) on the primary, for the samples."""
         self.max_lag = max_lag
         self._samples: deque[tuple[float, str]] = deque()
         self._last_write = float("-inf")

@@ -12,6 +12,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -23,11 +24,14 @@ from service.app import create_app
 from service.db.migrate import upgrade
 from service.embeddings import Embedder
 from service.runtime import Runtime, build_runtime
+from service.settings import ExternalIssuer
 from tests.conftest import PUBLIC_URL, make_settings
 from tests.fixtures import entrance
 from tests.fixtures.api import Agent, Api, TestClient
 from tests.fixtures.postgres import app_login
 from tests.fixtures.replication import Pair, primary_and_standby
+from tests.integration.auth.external_idp import IDP, SUBJECT, FakeIdp, idp_claims
+from tests.integration.auth.forge import sign
 
 BOUND_MS = 250
 QUERY = {"query": "eu-west-1 for billing"}
@@ -251,6 +255,79 @@ async def test_paused_replay_is_never_served_beyond_the_bound(
     # Replay resumed: the reader is on the standby again, and it has the deletion.
     after = await _on_replica(world.reader, agent, "POST", "/v1/memories/search", json=QUERY)
     assert facts.memory_id not in _search_ids(after)
+
+
+async def _node(
+    world: World, data_dir: Path, embedder: Embedder, read_url: str, **auth: Any
+) -> Any:
+    """One more runtime on the module's primary, reading from `read_url` (closed by the caller)."""
+    settings = make_settings(world.owner_url, data_dir, **auth)
+    database = replace(settings.database, read_url=read_url, read_replica_max_lag_ms=BOUND_MS)
+    settings = replace(settings, database=database)
+    return await build_runtime(
+        settings, app_login(world.owner_url), embedder, owner_url=world.owner_url
+    )
+
+
+async def test_other_issuers_tokens_are_routed_in_their_naming_statement(
+    world: World, facts: Fixtures, idp: FakeIdp, embedder: Embedder, tmp_path: Path
+) -> None:
+    """A token of an external IdP has no one-statement entrance: the naming statement the call
+    runs first carries the freshness check instead, and the principal is then resolved on the
+    standby."""
+    issuers = (ExternalIssuer(issuer=IDP, audience="memgate", jwks_url=idp.url),)
+    runtime = await _node(
+        world,
+        tmp_path,
+        embedder,
+        _on_port(app_login(world.owner_url), world.pair.standby_port),
+        external_issuers=issuers,
+    )
+    try:
+        async with AsyncTestClient(app=create_app(runtime), base_url=PUBLIC_URL) as client:
+            mapped = await client.post(
+                "/v1/principals",
+                json={
+                    "display_name": "external user",
+                    "kind": "user",
+                    "external_issuer": IDP,
+                    "external_subject": SUBJECT,
+                },
+                headers=world.api.admin.headers,
+            )
+            assert mapped.status_code == 201, mapped.text
+            token = sign(idp.es256, idp_claims(world.api.tenant_id))
+            external = Agent("", "", "", token)
+            listed = await _on_replica(Node(runtime, client), external, "GET", "/v1/memories")
+            assert listed["items"] == []  # the IdP's user sees none of alice's memories
+    finally:
+        await runtime.close()
+
+
+async def test_a_primary_named_as_the_replica_is_never_read_as_one(
+    world: World, facts: Fixtures, embedder: Embedder, tmp_path: Path
+) -> None:
+    """MEMGATE_READ_DATABASE_URL naming a server that is not in recovery: the freshness column
+    is NULL, the call runs on the primary (where it would have anyway), and the replica is not
+    asked again for a while."""
+    primary_again = app_login(world.owner_url) + "?application_name=not-a-standby"
+    runtime = await _node(world, tmp_path, embedder, primary_again)
+    replica = runtime.replica
+    assert replica is not None
+    try:
+        async with AsyncTestClient(app=create_app(runtime), base_url=PUBLIC_URL) as client:
+            deadline = time.monotonic() + WAIT_SECONDS
+            while not replica.fallbacks["not-a-standby"]:
+                assert time.monotonic() < deadline, replica.fallbacks
+                listed = await client.get("/v1/memories", headers=facts.agent.headers)
+                assert listed.status_code == 200, listed.text
+                await asyncio.sleep(0.02)
+            again = await client.get("/v1/memories", headers=facts.agent.headers)
+            assert again.status_code == 200, again.text
+        assert (replica.served, replica.fallbacks["not-a-standby"]) == (0, 1)
+        assert replica.fallbacks["replica-failed-recently"] == 1
+    finally:
+        await runtime.close()
 
 
 async def test_a_stopped_standby_leaves_reads_answered_by_the_primary(
