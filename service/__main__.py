@@ -393,7 +393,13 @@ def cmd_serve(settings: Settings, workers: int | None = None, migrate: bool | No
             admin = _ready_without_owner(settings, url)
             start = Start(url, None, started, admin, self_signed)
         budget = None if requested == 1 else connection_budget(start.owner_url or start.url)
-        count = worker_count(requested, os.cpu_count() or 1, settings.database.pool_size, budget)
+        count = worker_count(
+            requested,
+            os.cpu_count() or 1,
+            settings.database.pool_size,
+            budget,
+            read_replica=bool(settings.database.read_url),
+        )
         if count == 1:
             configure_telemetry(settings.observability)
             run_on_uvloop(_serve(settings, start))

@@ -15,6 +15,11 @@ A `Call` is where "this caller does this, under policy, audited, in one transact
   row cannot be appended or the commit is not confirmed, finish answers a `ServiceUnavailable`
   to send instead: a call is never answered unaudited.
 
+- **replica**: a read-only call that authenticates here (`enter`) runs on the read replica
+  when one is configured and fresh enough, its first statement checking that it is
+  (service/db/replica.py); otherwise, and whenever the replica fails that statement, on the
+  primary. Its audit row goes to the primary either way (the group commit's own pool).
+
 HTTP (service/http/audit.py), MCP (service/mcp/) and jobs open calls; only this module begins,
 commits and rolls back a call's transaction, and only audit/rows.py builds its row.
 """
@@ -29,10 +34,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
+from opentelemetry import trace
 from sqlalchemy import (
     ColumnElement,
     Select,
     bindparam,
+    cast,
     event,
     func,
     literal,
@@ -41,7 +48,8 @@ from sqlalchemy import (
     true,
 )
 from sqlalchemy.engine import Connection
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.orm import Session, SessionTransaction
 from sqlalchemy.sql.selectable import ScalarSelect
 
@@ -59,6 +67,7 @@ from service.auth.resolver import (
     resolve_principal,
 )
 from service.auth.tokens import VerifiedToken
+from service.db.replica import PgLsn, ReadReplica
 from service.db.tenancy import name_tenant
 from service.operations import Operation, answered
 from service.problems import Problem, ServiceUnavailable
@@ -154,7 +163,11 @@ class Call:
     """(chain, seq, hash) of this call's row once it committed: the chain's head then."""
     admission: Admission | None = None
     """The quotas that let the call in; its concurrency slots go back when it closes."""
+    on_replica: bool = False
+    """The call's transaction runs on the read replica (its first statement found it fresh)."""
     _session: AsyncSession | None = None
+    _sessions: async_sessionmaker[AsyncSession] | None = None
+    """Where the call's session comes from: the primary's pool unless routed to the replica."""
     _naming: Claimed | None = None
     """Whom the transaction names for row-level security when it begins."""
 
@@ -179,8 +192,10 @@ class Call:
         self.read_only = read_only
         claimed = claimed_caller(token)
         entrance = entrance_check(token)
+        replica = self.runtime.replica if read_only else None
+        fresh_row = await self._on_fresh_replica(replica, claimed, entrance)
         if entrance is not None:
-            principal = await self._enter_in_one_statement(token, claimed, entrance)
+            principal = await self._enter_in_one_statement(token, claimed, entrance, fresh_row)
         else:
             self._naming = claimed
             principal = await resolve_principal(self.db, token)
@@ -191,17 +206,63 @@ class Call:
         self.admission = await self.runtime.quotas.admit(principal)
         return principal
 
+    async def _on_fresh_replica(
+        self, replica: ReadReplica | None, claimed: Claimed, entrance: Entrance | None
+    ) -> Any:
+        """Route a read-only call to the replica when its first statement (the entrance, or
+        for other issuers' tokens the naming) finds it has replayed what the bound requires;
+        then the call's session stays there and that statement's row is returned (the entrance
+        is not run again). Otherwise the call's session is the primary's, nothing ran yet, and
+        this returns None: behind, failing or not configured, the caller never notices."""
+        if replica is None:
+            return None
+        span = trace.get_current_span()
+        lsn, reason = replica.required_lsn()
+        if lsn is not None:
+            self._sessions, self._naming = replica.sessionmaker, None
+            statement, params = _fresh_first_statement(claimed, entrance, self.read_only)
+            try:
+                row = (await self.db.execute(statement, {**params, "fresh_lsn": lsn})).one()
+            except SQLAlchemyError as exc:  # refused, unreachable, not our schema: primary
+                replica.failed(exc)
+                row, reason = None, "replica-failed"
+            else:
+                reason = _staleness(row.fresh)
+                if reason == "not-a-standby":  # misconfigured: do not ask it on every read
+                    replica.failed(RuntimeError("MEMGATE_READ_DATABASE_URL is not a standby"))
+            if not reason:
+                self.on_replica = True
+                replica.answered()
+                span.set_attribute("memgate.db.route", "replica")
+                return row
+            await self._drop_session()
+        replica.fell_back(reason)
+        span.set_attribute("memgate.db.route", "primary")
+        span.set_attribute("memgate.db.route.reason", reason)
+        return None
+
+    async def _drop_session(self) -> None:
+        """Give the replica's connection back (its transaction read nothing kept)."""
+        session, self._session, self._sessions = self._session, None, None
+        if session is not None:
+            try:
+                await session.close()
+            except Exception as exc:  # a dead connection: the pool discards it
+                _log.warning("replica_session_close_failed", error_type=type(exc).__name__)
+
     async def _enter_in_one_statement(
-        self, token: VerifiedToken, claimed: Claimed, entrance: Entrance
+        self, token: VerifiedToken, claimed: Claimed, entrance: Entrance, row: Any = None
     ) -> Principal:
         """Our own issuer's tokens: the transaction's first statement names the claimed caller
         and, in a scalar subquery after the names, checks the principal and client. Should the
         check ever be evaluated before the names, row-level security would show it no row and
-        the call would be refused (closed, never open)."""
+        the call would be refused (closed, never open). `row`: that statement's answer when
+        the replica already ran it (with its freshness check)."""
         self._naming = None  # this statement names the caller, not the begin hook
-        statement = _entrance_statement(entrance, self.read_only)
-        params = {**_naming_params(claimed), **entrance.params}
-        row = (await self.db.execute(statement, params)).one()
+        if row is None:
+            statement = _entrance_statement(entrance, self.read_only)
+            params = {**_naming_params(claimed), **entrance.params}
+            row = (await self.db.execute(statement, params)).one()
         principal = principal_from_check(token, row.live, row.tenant_settings)
         self.identify(principal, token)
         return principal
@@ -234,7 +295,7 @@ class Call:
         """The call's session. No connection is taken until its first statement, and the
         transaction that statement begins names the caller first."""
         if self._session is None:
-            self._session = self.runtime.sessionmaker()
+            self._session = (self._sessions or self.runtime.sessionmaker)()
             event.listen(self._session.sync_session, "after_begin", self._name_caller)
         return self._session
 
@@ -297,6 +358,8 @@ class Call:
             _log.error("audit_commit_failed", error_type=type(exc).__name__)
             await self._separately(503, "commit-unconfirmed")
             return NOT_CONFIRMED
+        if self.runtime.replica is not None:  # this process's later reads must see it
+            self.runtime.replica.wrote()
         return None
 
     async def _grouped(self, status: int) -> ServiceUnavailable | None:
@@ -424,6 +487,29 @@ def _entrance_of(check: ScalarSelect[Any], read_only: bool) -> Select[Any]:
 
 _PLAIN_ENTRANCE = {read_only: _entrance_of(EMBEDDED_LIVE, read_only) for read_only in (False, True)}
 """The entrance of a plain token of our own issuer (most calls), built once."""
+
+
+def _staleness(fresh: bool | None) -> str:
+    """Why a replica's answer to the freshness column rules it out ('' when it does not)."""
+    if fresh is None:  # pg_last_wal_replay_lsn() is NULL outside recovery
+        return "not-a-standby"
+    return "" if fresh else "behind"
+
+
+_FRESH = (func.pg_last_wal_replay_lsn() >= cast(bindparam("fresh_lsn"), PgLsn())).label("fresh")
+"""On the replica: has it replayed the primary's WAL up to `fresh_lsn`? (NULL on a primary.)"""
+
+
+def _fresh_first_statement(
+    claimed: Claimed, entrance: Entrance | None, read_only: bool
+) -> tuple[Select[Any], dict[str, Any]]:
+    """A routed call's first statement: the one it runs anyway (the entrance, or the naming
+    for other issuers' tokens) with the replica's freshness as one more column."""
+    params: dict[str, Any] = dict(_naming_params(claimed))
+    if entrance is None:
+        return _NAMING[read_only].add_columns(_FRESH), params
+    params.update(entrance.params)
+    return _entrance_statement(entrance, read_only).add_columns(_FRESH), params
 
 
 @asynccontextmanager

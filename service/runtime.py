@@ -28,6 +28,11 @@ from service.auth.keys import (
 from service.auth.throttle import TokenGate
 from service.auth.tokens import CachedKeySet, TokenVerifier, TrustedIssuer, http_jwks_fetcher
 from service.db.models import EMBEDDING_DIMENSIONS
+from service.db.replica import (
+    CONNECT_TIMEOUT_SECONDS,
+    REPLICA_SAMPLER_CONNECTIONS,
+    ReadReplica,
+)
 from service.db.roles import login_problems
 from service.db.session import create_engine, create_sessionmaker
 from service.embeddings import Embedder, EmbeddingFailed, EmbeddingInvalid, traced_embedder
@@ -74,11 +79,16 @@ class Runtime:
         default_factory=lambda: asyncio.Semaphore(PLATFORM_AUDIT_SLOTS)
     )
     """Connections the audit rows of unauthenticated calls may hold at once (service/calls.py)."""
+    replica: ReadReplica | None = None
+    """The read replica read-only calls run on when it is fresh enough (service/db/replica.py),
+    or None (`MEMGATE_READ_DATABASE_URL` empty)."""
 
     async def close(self) -> None:
         await self.recalls.close()  # before the pool goes: the last recalls are written
         await self.read_audit.close()
         await self.quotas.close()
+        if self.replica is not None:
+            await self.replica.close()
         await self.engine.dispose()
 
     async def rotate_signing_keys(self, owner_url: str) -> str:
@@ -249,7 +259,9 @@ async def build_runtime(
                 fix="run `memgate migrate` (with the owner's MEMGATE_MIGRATION_DATABASE_URL) "
                 "to make the audit signing key; until then no checkpoint is signed",
             )
+    replica = _read_replica(settings, database_url)
     return Runtime(
+        replica=replica,
         settings=settings,
         engine=engine,
         sessionmaker=sessionmaker,
@@ -285,6 +297,25 @@ async def build_runtime(
             failures_per_minute=settings.auth.token_failures_per_minute,
         ),
     )
+
+
+def _read_replica(settings: Settings, database_url: str) -> ReadReplica | None:
+    """The replica's pool (the same app role and `SET ROLE` as the primary's, so row-level
+    security names callers the same way) and its sampler's one connection to the primary."""
+    database = settings.database
+    if not database.read_url:
+        return None
+    engine = create_engine(
+        database.read_url,
+        pool_size=database.pool_size,
+        role=database.app_role,
+        connect_timeout=CONNECT_TIMEOUT_SECONDS,
+    )
+    instrument_engine(engine)
+    probe = create_engine(database_url, pool_size=REPLICA_SAMPLER_CONNECTIONS, max_overflow=0)
+    replica = ReadReplica(engine, probe, database.read_replica_max_lag)
+    replica.start()
+    return replica
 
 
 async def _checked_login(engine: AsyncEngine) -> list[str]:

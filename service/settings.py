@@ -75,6 +75,12 @@ choose: `simple` (lower-cased words, no stemming, no stop words: any language, i
 kept whole) and one Snowball stemmer with its stop words per language."""
 
 
+READ_REPLICA_DEFAULT_LAG_MS = 250
+READ_REPLICA_LAG_RANGE_MS = (20, 60_000)
+"""Below 20 ms the primary is sampled every 10 ms for little gain (a healthy standby replays
+within a few); above a minute, "stale" stops meaning anything a caller would accept."""
+
+
 @dataclass(frozen=True)
 class DatabaseSettings:
     """Where the data lives.
@@ -88,6 +94,16 @@ class DatabaseSettings:
     app_role: `MEMGATE_DB_APP_ROLE`; every app connection runs `SET ROLE` to it. The migrations
         create it without owning anything and without UPDATE/DELETE on the audit tables. In
         production log in as a role that is only a member of it (docs/architecture.md).
+    read_url: `MEMGATE_READ_DATABASE_URL`; a streaming hot standby of `url`'s primary (the same
+        app login, CloudNativePG's `<cluster>-ro` Service). Empty (the default): no replica,
+        every statement goes to `url`. Set: the read-only operations (search, get, list,
+        history, counts, ...) run on it when it has replayed what the primary had committed
+        `read_replica_max_lag_ms` ago, on the primary otherwise (docs/scale.md, "Read
+        replicas for searches"). Writes and every audit row stay on the primary.
+    read_replica_max_lag_ms: `MEMGATE_READ_REPLICA_MAX_LAG_MS`; the staleness bound of a
+        replica's answer (default 250): it includes every change the primary had committed
+        this many milliseconds before the call began, and this process's own earlier writes.
+        Between 20 and 60000.
     """
 
     url: str = ""
@@ -95,6 +111,28 @@ class DatabaseSettings:
     data_dir: Path = field(default_factory=lambda: Path(platformdirs.user_data_dir("memgate")))
     pool_size: int = 10
     app_role: str = "memgate_app"
+    read_url: str = ""
+    read_replica_max_lag_ms: int = READ_REPLICA_DEFAULT_LAG_MS
+
+    def __post_init__(self) -> None:
+        low, high = READ_REPLICA_LAG_RANGE_MS
+        if not low <= self.read_replica_max_lag_ms <= high:
+            raise ValueError(
+                f"MEMGATE_READ_REPLICA_MAX_LAG_MS must be between {low} and {high} milliseconds"
+            )
+        if not self.read_url:
+            return
+        if not self.read_url.startswith(("postgresql://", "postgres://", "postgresql+psycopg://")):
+            raise ValueError("MEMGATE_READ_DATABASE_URL must be a postgresql:// URL")
+        if self.read_url == self.url:
+            raise ValueError(
+                "MEMGATE_READ_DATABASE_URL is DATABASE_URL: name a standby, or leave it empty"
+            )
+
+    @property
+    def read_replica_max_lag(self) -> float:
+        """The staleness bound in seconds."""
+        return self.read_replica_max_lag_ms / 1000
 
     @classmethod
     def from_env(cls) -> DatabaseSettings:
@@ -104,6 +142,10 @@ class DatabaseSettings:
             data_dir=Path(_env("MEMGATE_DATA_DIR", platformdirs.user_data_dir("memgate"))),
             pool_size=_env_int("MEMGATE_DB_POOL_SIZE", 10),
             app_role=_env("MEMGATE_DB_APP_ROLE", "memgate_app"),
+            read_url=_env("MEMGATE_READ_DATABASE_URL", "").strip(),
+            read_replica_max_lag_ms=_env_int(
+                "MEMGATE_READ_REPLICA_MAX_LAG_MS", READ_REPLICA_DEFAULT_LAG_MS
+            ),
         )
 
 

@@ -34,18 +34,21 @@ def create_engine(
     role: str | None = None,
     max_overflow: int | None = None,
     ping_after_idle: float = PING_AFTER_IDLE_SECONDS,
+    connect_timeout: int | None = None,
 ) -> AsyncEngine:
     """The app's engine. With `role`, every new connection switches to that role first, so the
     app works with the non-owner role's privileges whoever it logs in as. The overflow is the
     pool size again unless given. A connection that sat in the pool longer than
-    `ping_after_idle` seconds is pinged before use (`_ping_when_idle`)."""
+    `ping_after_idle` seconds is pinged before use (`_ping_when_idle`). `connect_timeout`
+    (seconds) overrides the URL's, for a pool that must fail fast (the read replica's)."""
     # prepare_threshold=None keeps every statement on a custom plan: a generic plan silently drops
     # partial indexes and made filtered search 100x slower (docs/design.md, "Search").
     engine = create_async_engine(
         async_url(url),
         pool_size=pool_size,
         max_overflow=pool_size if max_overflow is None else max_overflow,
-        connect_args={"prepare_threshold": None},
+        connect_args={"prepare_threshold": None}
+        | ({} if connect_timeout is None else {"connect_timeout": connect_timeout}),
     )
     _ping_when_idle(engine, ping_after_idle)
     if role:

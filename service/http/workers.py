@@ -27,6 +27,7 @@ import psycopg
 import structlog
 
 from service.audit.group_commit import GROUP_COMMIT_POOL_SIZE
+from service.db.replica import REPLICA_SAMPLER_CONNECTIONS
 from service.quotas.limiter import QUOTA_CONNECTIONS
 from service.settings import Settings
 
@@ -63,16 +64,26 @@ def connection_budget(owner_url: str) -> int | None:
     return None if row is None else int(row[0]) + 1  # this check's own connection closes
 
 
-def connections_per_worker(pool_size: int) -> int:
-    """Pool and overflow, the group commit's pool, and the quota limiter's one connection."""
-    return CONNECTIONS_PER_WORKER_FACTOR * pool_size + GROUP_COMMIT_CONNECTIONS + QUOTA_CONNECTIONS
+def connections_per_worker(pool_size: int, *, read_replica: bool = False) -> int:
+    """Pool and overflow, the group commit's pool, and the quota limiter's one connection; with
+    a read replica, its sampler's one connection too (service/db/replica.py; the replica's own
+    pool is on the standby, not counted here)."""
+    sampler = REPLICA_SAMPLER_CONNECTIONS if read_replica else 0
+    return (
+        CONNECTIONS_PER_WORKER_FACTOR * pool_size
+        + GROUP_COMMIT_CONNECTIONS
+        + QUOTA_CONNECTIONS
+        + sampler
+    )
 
 
-def worker_count(requested: int, cores: int, pool_size: int, budget: int | None) -> int:
+def worker_count(
+    requested: int, cores: int, pool_size: int, budget: int | None, *, read_replica: bool = False
+) -> int:
     """How many workers to start. `requested` 0 means one per core, lowered to what `budget`
     connections hold (at least one); an explicit count that does not fit is refused, naming the
     settings that fix it."""
-    per_worker = connections_per_worker(pool_size)
+    per_worker = connections_per_worker(pool_size, read_replica=read_replica)
     fits = None if budget is None else max(0, budget - SPARE_CONNECTIONS) // per_worker
     if requested == 0:
         return max(1, cores if fits is None else min(cores, fits))

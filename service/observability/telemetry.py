@@ -111,6 +111,14 @@ SERVER_REJECTED = _meter.create_counter(
     description="Requests the HTTP server's parser refused (400) before the app: never audited.",
 )
 
+READ_ROUTE = _meter.create_counter(
+    "memgate.db.read_route",
+    unit="{call}",
+    description="Read-only calls with a read replica configured, by where they ran "
+    "(memgate.db.route: replica or primary) and why not on the replica "
+    "(memgate.db.route.reason).",
+)
+
 _REGISTRY = CollectorRegistry()
 """What `/metrics` renders; ours alone, so nothing else registered in-process leaks into it."""
 

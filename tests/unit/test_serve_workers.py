@@ -67,6 +67,9 @@ def test_one_per_core_by_default_lowered_to_what_the_connections_hold() -> None:
     assert worker_count(0, cores=2, pool_size=10, budget=_budget_for(8, 10)) == 2
     # Never none: one worker is today's single process, whatever the budget says.
     assert worker_count(0, cores=8, pool_size=10, budget=0) == 1
+    # A read replica's sampler takes one more primary connection per worker.
+    assert connections_per_worker(10, read_replica=True) == connections_per_worker(10) + 1
+    assert worker_count(0, cores=8, pool_size=10, budget=_budget_for(3, 10), read_replica=True) == 2
 
 
 def test_an_explicit_count_is_kept_or_refused_never_lowered() -> None:

@@ -148,6 +148,7 @@ Secrets), the key-encryption key and the API keys of the optional model endpoint
       name: {{ $secret }}
       key: {{ $keys.databaseUrl }}
 {{- end }}
+{{- include "memgate.readReplicaEnv" $root }}
 {{- if .owner }}
 - name: MEMGATE_MIGRATION_DATABASE_URL
   valueFrom:
@@ -181,6 +182,25 @@ Secrets), the key-encryption key and the API keys of the optional model endpoint
       name: {{ $secret }}
       key: {{ $keys.summarizerApiKey }}
       optional: true
+{{- end }}
+{{- end }}
+
+{{/*
+MEMGATE_READ_DATABASE_URL, when read replicas are on: CloudNativePG's `<cluster>-ro` Service
+with the app's login (composed as DATABASE_URL is), or a Secret's entry; never inline.
+*/}}
+{{- define "memgate.readReplicaEnv" -}}
+{{- $pg := .Values.postgresql -}}
+{{- $cnpg := $pg.cloudnativepg -}}
+{{- if and $cnpg.enabled $cnpg.readReplicas }}
+- name: MEMGATE_READ_DATABASE_URL
+  value: {{ printf "postgresql://%s:$(MEMGATE_DB_LOGIN_PASSWORD)@%s-ro:5432/%s?sslmode=require" $cnpg.appLogin.name (include "memgate.cnpgName" .) $cnpg.database | quote }}
+{{- else if or (and (not .Values.secrets.existingSecret) $pg.readReplicaUrl) (and .Values.secrets.existingSecret $pg.readReplicaFromExistingSecret) }}
+- name: MEMGATE_READ_DATABASE_URL
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "memgate.secretName" . }}
+      key: {{ .Values.secrets.keys.readDatabaseUrl }}
 {{- end }}
 {{- end }}
 

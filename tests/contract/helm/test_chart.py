@@ -51,6 +51,7 @@ SECRET_ENV = (
     "MEMGATE_KEY_ENCRYPTION_KEY",
     "MEMGATE_EMBEDDING_API_KEY",
     "MEMGATE_SUMMARIZER_API_KEY",
+    "MEMGATE_READ_DATABASE_URL",
 )
 
 
@@ -488,3 +489,27 @@ def _undocumented(text: str) -> list[str]:
             undocumented.append(stripped)
         commented = False
     return undocumented
+
+
+def _api_env(values: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return env(containers(one(manifests(render(values)), "Deployment"))[0])
+
+
+def test_a_read_replica_url_comes_from_a_secret_entry() -> None:
+    assert "MEMGATE_READ_DATABASE_URL" not in _api_env(MINIMAL)  # off by default
+    standby = "postgresql://memgate_api:dev@postgres-ro:5432/memgate"
+    docs = manifests(render(MINIMAL | {"postgresql": {"readReplicaUrl": standby}}))
+    read = env(containers(one(docs, "Deployment"))[0])["MEMGATE_READ_DATABASE_URL"]
+    assert read == {
+        "name": "MEMGATE_READ_DATABASE_URL",
+        "valueFrom": {"secretKeyRef": {"name": "memgate-secrets", "key": "read-database-url"}},
+    }
+    assert one(docs, "Secret", "memgate-secrets")["stringData"]["read-database-url"] == standby
+    config = one(docs, "ConfigMap", "memgate")["data"]
+    assert config["MEMGATE_READ_REPLICA_MAX_LAG_MS"] == "250"
+    existing = {
+        "secrets": {"existingSecret": "db", "keys": {"keyEncryptionKey": "kek"}},
+        "postgresql": {"readReplicaFromExistingSecret": True, "readReplicaMaxLagMs": 500},
+    }
+    read = _api_env(existing)["MEMGATE_READ_DATABASE_URL"]
+    assert read["valueFrom"]["secretKeyRef"] == {"name": "db", "key": "read-database-url"}

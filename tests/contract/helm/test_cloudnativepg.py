@@ -105,3 +105,19 @@ def test_a_cluster_refuses_the_migration_hook() -> None:
 
 def test_no_cluster_without_the_toggle() -> None:
     assert by_kind(manifests(render(MINIMAL)), "Cluster") == []
+
+
+def test_read_replicas_are_the_clusters_ro_service() -> None:
+    assert "MEMGATE_READ_DATABASE_URL" not in env(containers(one(docs_of(VALUES), "Deployment"))[0])
+    values = copy.deepcopy(VALUES)
+    values["postgresql"]["cloudnativepg"]["readReplicas"] = True
+    api = env(containers(one(docs_of(values), "Deployment"))[0])
+    # The same login as DATABASE_URL (its password from the login's Secret), on `-ro`.
+    assert api["MEMGATE_DB_LOGIN_PASSWORD"]["valueFrom"]["secretKeyRef"]["key"] == "password"
+    assert api["MEMGATE_READ_DATABASE_URL"]["value"] == (
+        "postgresql://memgate_api:$(MEMGATE_DB_LOGIN_PASSWORD)@memgate-pg-ro:5432/memgate?sslmode=require"
+    )
+
+
+def docs_of(values: dict[str, object]) -> list[Manifest]:
+    return manifests(render(values))
