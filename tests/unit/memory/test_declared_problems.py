@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -84,9 +85,28 @@ def _callee(call: ast.Call) -> tuple[dict[str, ast.AST], str] | None:
     return None
 
 
+def _catches_every_problem(node: ast.Try) -> bool:
+    return any(
+        isinstance(handler.type, ast.Name) and handler.type.id == "Problem"
+        for handler in node.handlers
+    )
+
+
+def _uncaught(node: ast.AST) -> Iterator[ast.AST]:
+    """`ast.walk`, but not into the body of a `try` that catches every Problem (a batch
+    collects its items' problems there and answers them inside its own `batch-rejected`)."""
+    yield node
+    if isinstance(node, ast.Try) and _catches_every_problem(node):
+        children: list[ast.AST] = [*node.handlers, *node.orelse, *node.finalbody]
+    else:
+        children = list(ast.iter_child_nodes(node))
+    for child in children:
+        yield from _uncaught(child)
+
+
 def raised(node: ast.AST, bound: dict[str, type[Problem]], seen: set[Any]) -> set[type[Problem]]:
     problems: set[type[Problem]] = set()
-    for child in ast.walk(node):
+    for child in _uncaught(node):
         if isinstance(child, ast.Raise) and isinstance(child.exc, ast.Call):
             func = child.exc.func
             if isinstance(func, ast.Name):
