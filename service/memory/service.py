@@ -7,7 +7,7 @@ import hashlib
 import json
 import unicodedata
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -75,6 +75,7 @@ from service.memory.schemas import (
     Status,
 )
 from service.observability.telemetry import SEARCH_DURATION, span, timed
+from service.policy.space_settings import SpaceSettings
 from service.policy.visible import (
     Action,
     Moment,
@@ -179,6 +180,34 @@ class BatchAnswer:
     status: int = 201
 
 
+def _refuse_reserved(data: MemoryCreate) -> None:
+    if reserved(data.kind, data.key, data.source):
+        raise ReservedForJobs(
+            f"Kind 'summary' under the keys {', '.join(repr(k) for k in RESERVED_KEYS)}, "
+            f"and sources starting {SOURCE_PREFIX!r}, are written by memgate's "
+            "consolidation job only (a revert of its summary too: its next run re-derives "
+            f"it). Nothing was written. Use another key than {data.key!r} or another "
+            "source.",
+            reserved_keys=[f"{SUMMARY_KIND}/{k}" for k in RESERVED_KEYS],
+            reserved_source_prefix=SOURCE_PREFIX,
+        )
+
+
+def _require_evidence(
+    gates: SpaceSettings, data: MemoryCreate, space_id: uuid.UUID, unsourced: str | None
+) -> None:
+    """The evidence gate: a decision or summary in a space that has it on cites its sources.
+    `unsourced`: what to say instead of the default (a revert says its own words)."""
+    if gates.evidence_gate and data.kind in EVIDENCE_KINDS and not data.derived_from:
+        raise EvidenceRequired(
+            unsourced
+            or f"Space {space_id} requires evidence: a {data.kind} must cite the memories "
+            "it rests on in 'derived_from' (ids you can read, e.g. from a search). "
+            "Nothing was written.",
+            space_id=str(space_id),
+        )
+
+
 class MemoryService:
     def __init__(
         self,
@@ -228,27 +257,11 @@ class MemoryService:
         `unsourced`: what the evidence gate says when `data` cites nothing (the caller's
         own words by default). `vector`: the value's embedding, made already (a batch embeds
         all its values in one call, and checks the storage quota once at its end)."""
-        if reserved(data.kind, data.key, data.source):
-            raise ReservedForJobs(
-                f"Kind 'summary' under the keys {', '.join(repr(k) for k in RESERVED_KEYS)}, "
-                f"and sources starting {SOURCE_PREFIX!r}, are written by memgate's "
-                "consolidation job only (a revert of its summary too: its next run re-derives "
-                f"it). Nothing was written. Use another key than {data.key!r} or another "
-                "source.",
-                reserved_keys=[f"{SUMMARY_KIND}/{k}" for k in RESERVED_KEYS],
-                reserved_source_prefix=SOURCE_PREFIX,
-            )
+        _refuse_reserved(data)
         space_id, targets = await self._target_space(principal, data.space_id)
         read_requires = inherited_scope(space_id, sources, audience)
         gates = targets.settings_of(space_id)
-        if gates.evidence_gate and data.kind in EVIDENCE_KINDS and not data.derived_from:
-            raise EvidenceRequired(
-                unsourced
-                or f"Space {space_id} requires evidence: a {data.kind} must cite the memories "
-                "it rests on in 'derived_from' (ids you can read, e.g. from a search). "
-                "Nothing was written.",
-                space_id=str(space_id),
-            )
+        _require_evidence(gates, data, space_id, unsourced)
         ref = KeyRef(
             principal.tenant_id,
             space_id,
@@ -315,18 +328,22 @@ class MemoryService:
             earlier = await self._replay(key)
             if earlier is not None:
                 return earlier
-        self._reject_failing((index, self._check_value, item) for index, item in enumerate(items))
+        # Everything that refuses an item without its vector runs first, and the key is
+        # claimed first: a refused batch, or a retry of one still in flight, spends no
+        # embedding call (as a refused single write spends none).
+        await self._precheck_items(principal, items)
+        if key is not None and (earlier := await self._claim(key)) is not None:
+            return earlier
         vectors = await self._embed_all(principal, [item.value for item in items])
-        if key is not None:
-            if not await idempotency.try_lock(self._session, key):
-                raise IdempotencyKeyInFlight(
-                    "A request with this Idempotency-Key is still being carried out; retry "
-                    "after Retry-After seconds to get its answer. Nothing was written."
-                )
-            earlier = await self._replay(key)  # answered while this one embedded
-            if earlier is not None:
-                return earlier
-        written = await self._write_items(principal, items, vectors)
+        # A remote provider is called outside the transaction, which lets the claim go.
+        remote = self._embedder.remote
+        if key is not None and remote and (earlier := await self._claim(key)) is not None:
+            return earlier
+        try:
+            written = await self._write_items(principal, items, vectors)
+        except Exception:
+            self._facts.targets.clear()  # rolled back: the refusal names no memory
+            raise
         answer = MemoryBatchWritten(items=written, count=len(written))
         superseded = sum(len(one.superseded) for one in written)
         self._facts.count(len(written))
@@ -366,19 +383,35 @@ class MemoryService:
             await self._quotas.check_storage(self._session, principal.tenant_id)
         return written
 
-    def _reject_failing(
-        self, checks: Iterable[tuple[int, Callable[[MemoryCreate], None], MemoryCreate]]
-    ) -> None:
+    async def _precheck_items(self, principal: Principal, items: list[MemoryCreate]) -> None:
+        """Refuse the batch, listing every failing item, for what each item's write would
+        refuse before its vector is needed: its value, a reserved key, its target space, the
+        evidence gate, the sources it cites."""
         failures: list[tuple[int, Problem]] = []
-        total = 0
-        for index, check, item in checks:
-            total += 1
-            try:
-                check(item)
-            except Problem as problem:
-                failures.append((index, problem))
+        self._targets = await write_targets(self._session, principal)
+        try:
+            for index, item in enumerate(items):
+                try:
+                    self._check_value(item)
+                    _refuse_reserved(item)
+                    space_id, targets = await self._target_space(principal, item.space_id)
+                    _require_evidence(targets.settings_of(space_id), item, space_id, None)
+                    await self._sources_of(principal, item.derived_from)
+                except Problem as problem:
+                    failures.append((index, problem))
+        finally:
+            self._targets = None
         if failures:
-            raise self._rejected(failures, total)
+            raise self._rejected(failures, len(items))
+
+    async def _claim(self, key: idempotency.Key) -> BatchAnswer | None:
+        """Hold `key` for this call's transaction; its stored answer if one came meanwhile."""
+        if not await idempotency.try_lock(self._session, key):
+            raise IdempotencyKeyInFlight(
+                "A request with this Idempotency-Key is still being carried out; retry "
+                "after Retry-After seconds to get its answer. Nothing was written."
+            )
+        return await self._replay(key)
 
     def _rejected(self, failures: list[tuple[int, Problem]], total: int) -> BatchRejected:
         self._facts.targets.clear()  # nothing was written: the refusal names no memory

@@ -85,8 +85,9 @@ async def test_one_bad_item_writes_nothing_and_names_every_bad_item(api: Api) ->
     response = await batch(api, alice, items)
     body = assert_problem(response, 422, "batch-rejected")
     assert [(e["index"], e["status"], e["type"]) for e in body["errors"]] == [
-        (3, 422, PROBLEM_BASE_URI + "value-too-long")
-    ]  # cheap checks first: the batch stops before embedding anything
+        (1, 404, PROBLEM_BASE_URI + "space-not-found"),
+        (3, 422, PROBLEM_BASE_URI + "value-too-long"),
+    ]  # every check that needs no vector, for every item, before anything is embedded
     items[3] = item("d")
     response = await batch(api, alice, items)
     body = assert_problem(response, 422, "batch-rejected")
