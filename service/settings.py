@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -285,6 +286,8 @@ class AuthSettings:
     tenant_issuers_allow_loopback: bool = False
     tenant_jwks_timeout_seconds: float = 3.0
     tenant_issuer_cache_seconds: float = 5.0
+    bootstrap_admin_client_id: str = ""
+    bootstrap_admin_secret: str = field(default="", repr=False)
 
     @property
     def trusted_external_issuers(self) -> frozenset[str]:
@@ -322,6 +325,21 @@ class AuthSettings:
             raise ValueError("MEMGATE_SIGNING_ALG must be ES256 or EdDSA")
         if self.token_ttl_seconds > self.max_token_ttl_seconds:
             raise ValueError("MEMGATE_TOKEN_TTL may not exceed MEMGATE_MAX_TOKEN_TTL")
+        self._check_bootstrap_admin()
+
+    def _check_bootstrap_admin(self) -> None:
+        if bool(self.bootstrap_admin_client_id) != bool(self.bootstrap_admin_secret):
+            raise ValueError(
+                "MEMGATE_BOOTSTRAP_ADMIN_CLIENT_ID and MEMGATE_BOOTSTRAP_ADMIN_SECRET go together"
+            )
+        if not self.bootstrap_admin_client_id:
+            return
+        try:
+            uuid.UUID(self.bootstrap_admin_client_id)
+        except ValueError:
+            raise ValueError("MEMGATE_BOOTSTRAP_ADMIN_CLIENT_ID must be a UUID") from None
+        if len(self.bootstrap_admin_secret) < 32:
+            raise ValueError("MEMGATE_BOOTSTRAP_ADMIN_SECRET must be at least 32 characters")
 
     @classmethod
     def from_env(cls) -> AuthSettings:
@@ -345,6 +363,8 @@ class AuthSettings:
             tenant_issuers_allow_loopback=_env_bool("MEMGATE_TENANT_ISSUERS_ALLOW_LOOPBACK", False),
             tenant_jwks_timeout_seconds=float(_env("MEMGATE_TENANT_JWKS_TIMEOUT_SECONDS", "3")),
             tenant_issuer_cache_seconds=float(_env("MEMGATE_TENANT_ISSUER_CACHE_SECONDS", "5")),
+            bootstrap_admin_client_id=_env("MEMGATE_BOOTSTRAP_ADMIN_CLIENT_ID", "").strip(),
+            bootstrap_admin_secret=_env("MEMGATE_BOOTSTRAP_ADMIN_SECRET", "").strip(),
         )
 
 

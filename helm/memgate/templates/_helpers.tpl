@@ -113,6 +113,9 @@ file and could not open the signing keys the others sealed.
 {{- if and (not .Values.postgresql.cloudnativepg.enabled) (not .Values.secrets.databaseUrl) }}
 {{- fail "memgate: secrets.databaseUrl (the app's login, a member of memgate_app) is required without secrets.existingSecret or postgresql.cloudnativepg.enabled" }}
 {{- end }}
+{{- if not (and .Values.secrets.bootstrapAdminClientId .Values.secrets.bootstrapAdminSecret) }}
+{{- fail "memgate: the platform admin's credentials are required: set secrets.existingSecret (with the entries named by secrets.keys.bootstrapAdminClientId and bootstrapAdminSecret) or secrets.bootstrapAdminClientId (a UUID: `uuidgen`) and secrets.bootstrapAdminSecret (32+ characters: `openssl rand -base64 33`). The migration Job's data dir dies with it: the admin's secret must be one you already hold" }}
+{{- end }}
 {{- end }}
 {{- if and .Values.postgresql.cloudnativepg.enabled .Values.migrations.enabled .Values.migrations.asHook }}
 {{- fail "memgate: postgresql.cloudnativepg.enabled needs migrations.asHook=false: a pre-install hook runs before the Cluster (and its Secrets) exist; the plain Job waits for them" }}
@@ -125,7 +128,8 @@ file and could not open the signing keys the others sealed.
 {{/*
 The environment every memgate container shares: the database URLs (never inline: from
 Secrets), the key-encryption key and the API keys of the optional model endpoints. Call with
-(dict "root" . "owner" true) to add the owner's URL (migrations, key rotation).
+(dict "root" . "owner" true) to add the owner's URL (migrations, key rotation), and with
+"bootstrap" true the platform admin's credentials (the migration Job, which makes it).
 */}}
 {{- define "memgate.secretEnv" -}}
 {{- $root := .root -}}
@@ -166,6 +170,18 @@ Secrets), the key-encryption key and the API keys of the optional model endpoint
     secretKeyRef:
       name: {{ $secret }}
       key: {{ $keys.keyEncryptionKey }}
+{{- if .bootstrap }}
+- name: MEMGATE_BOOTSTRAP_ADMIN_CLIENT_ID
+  valueFrom:
+    secretKeyRef:
+      name: {{ $secret }}
+      key: {{ $keys.bootstrapAdminClientId }}
+- name: MEMGATE_BOOTSTRAP_ADMIN_SECRET
+  valueFrom:
+    secretKeyRef:
+      name: {{ $secret }}
+      key: {{ $keys.bootstrapAdminSecret }}
+{{- end }}
 {{- if or $root.Values.secrets.existingSecret $root.Values.secrets.embeddingApiKey }}
 - name: MEMGATE_EMBEDDING_API_KEY
   valueFrom:

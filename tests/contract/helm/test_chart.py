@@ -51,7 +51,13 @@ SECRET_ENV = (
     "MEMGATE_KEY_ENCRYPTION_KEY",
     "MEMGATE_EMBEDDING_API_KEY",
     "MEMGATE_SUMMARIZER_API_KEY",
+    "MEMGATE_BOOTSTRAP_ADMIN_CLIENT_ID",
+    "MEMGATE_BOOTSTRAP_ADMIN_SECRET",
 )
+BOOTSTRAP_ENV = {
+    "MEMGATE_BOOTSTRAP_ADMIN_CLIENT_ID": "bootstrap-admin-client-id",
+    "MEMGATE_BOOTSTRAP_ADMIN_SECRET": "bootstrap-admin-secret",
+}
 
 
 @pytest.fixture(scope="module")
@@ -373,6 +379,42 @@ def test_rendering_fails_without_a_key_encryption_key_or_database(
 ) -> None:
     with pytest.raises(helm.HelmRenderError, match=re.escape(message)):
         render(values)
+
+
+def test_the_platform_admin_credentials_come_from_the_secret_the_operator_reads() -> None:
+    """The migration Job bootstraps the platform admin into a data dir that dies with its pod:
+    the id and secret must be the operator's, from the release's Secret, and NOTES.txt must
+    send the operator there, not to a pod's /data."""
+    rendered = render(MINIMAL)
+    docs = manifests(rendered)
+    secret = one(docs, "Secret", "memgate-secrets")
+    assert (
+        secret["stringData"]["bootstrap-admin-client-id"]
+        == (MINIMAL["secrets"]["bootstrapAdminClientId"])
+    )
+    assert (
+        secret["stringData"]["bootstrap-admin-secret"] == MINIMAL["secrets"]["bootstrapAdminSecret"]
+    )
+    job = one(docs, "Job")
+    (container,) = containers(job)
+    for name, key in BOOTSTRAP_ENV.items():
+        assert env(container)[name]["valueFrom"]["secretKeyRef"] == {
+            "name": "memgate-secrets",
+            "key": key,
+        }
+    # only the pod that bootstraps holds the admin's secret
+    for doc in workloads(docs):
+        if doc is not job:
+            for other in containers(doc):
+                assert not set(BOOTSTRAP_ENV) & set(env(other)), doc["metadata"]["name"]
+    notes = rendered["memgate/templates/NOTES.txt"]
+    assert "/data/admin-client.secret" not in notes
+    assert "get secret memgate-secrets -o jsonpath='{.data.bootstrap-admin-secret}'" in notes
+    without = {k: v for k, v in MINIMAL["secrets"].items() if not k.startswith("bootstrap")}
+    with pytest.raises(helm.HelmRenderError, match="the platform admin's credentials"):
+        render({"secrets": without})
+    with pytest.raises(helm.HelmValuesError, match="bootstrapAdminSecret"):
+        render({"secrets": {**MINIMAL["secrets"], "bootstrapAdminSecret": "short"}})
 
 
 def test_unknown_and_unsafe_values_are_refused() -> None:
