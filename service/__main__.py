@@ -479,6 +479,14 @@ def _check_schema_at_head(settings: Settings, url: str) -> None:
             f"memgate serve --no-migrate: cannot log in as the app ({reason}); check "
             "DATABASE_URL, or run `memgate migrate` first (it makes the embedded app login)."
         ) from None
+    except psycopg.Error as exc:
+        # libpq's parse errors quote the part of the URL they stumble on, often the password
+        # (an unescaped `%`): name the class only, never the message or the URL.
+        raise SystemExit(
+            f"memgate serve --no-migrate: DATABASE_URL cannot be used ({type(exc).__name__}); "
+            "percent-encode reserved characters in its user and password (% as %25, @ as %40, "
+            "/ as %2F, [ as %5B)."
+        ) from None
     current = None if row is None else row[0]
     if current != head:
         raise NotMigrated(f"the schema is at {current}, this memgate needs {head}")
