@@ -86,8 +86,7 @@ app.kubernetes.io/component: {{ .component }}
 
 {{/* The basic-auth Secret of the app's login in the CloudNativePG Cluster. */}}
 {{- define "memgate.cnpgAppLoginSecret" -}}
-{{- $cnpg := .Values.postgresql.cloudnativepg -}}
-{{- default (printf "%s-api-login" (include "memgate.cnpgName" .)) $cnpg.appLogin.existingSecret }}
+{{- .Values.postgresql.cloudnativepg.appLogin.existingSecret }}
 {{- end }}
 
 {{/* The public URL: config.publicUrl, else https:// the first Ingress host. */}}
@@ -120,6 +119,9 @@ file and could not open the signing keys the others sealed.
 {{- if and .Values.postgresql.cloudnativepg.enabled .Values.migrations.enabled .Values.migrations.asHook }}
 {{- fail "memgate: postgresql.cloudnativepg.enabled needs migrations.asHook=false: a pre-install hook runs before the Cluster (and its Secrets) exist; the plain Job waits for them" }}
 {{- end }}
+{{- if and .Values.postgresql.cloudnativepg.enabled (not .Values.postgresql.cloudnativepg.appLogin.existingSecret) }}
+{{- fail "memgate: postgresql.cloudnativepg.appLogin.existingSecret is required: a password the chart made would change on every offline render (Argo CD, helm template), and CloudNativePG would reset the login's password under the running pods. Make a basic-auth Secret labelled cnpg.io/reload=true with username memgate_api and a random alphanumeric password (docs/operations.md, CloudNativePG)" }}
+{{- end }}
 {{- if and .Values.secrets.existingSecret (not .Values.secrets.keys.keyEncryptionKey) }}
 {{- fail "memgate: secrets.keys.keyEncryptionKey must name the key-encryption key's entry in secrets.existingSecret" }}
 {{- end }}
@@ -144,7 +146,12 @@ Secrets), the key-encryption key and the API keys of the optional model endpoint
       key: password
 # Composed from the login's Secret by Kubernetes ($(VAR) expansion): the password is never here.
 - name: DATABASE_URL
-  value: {{ printf "postgresql://%s:$(MEMGATE_DB_LOGIN_PASSWORD)@%s-rw:5432/%s?sslmode=require" $cnpg.appLogin.name (include "memgate.cnpgName" $root) $cnpg.database | quote }}
+  value: {{ printf "postgresql://%s:$(MEMGATE_DB_LOGIN_PASSWORD)@%s-rw:5432/%s?sslmode=verify-full&sslrootcert=/etc/memgate/postgres-ca/ca.crt" $cnpg.appLogin.name (include "memgate.cnpgName" $root) $cnpg.database | quote }}
+# libpq's defaults for URLs that name no sslmode: the owner's (CloudNativePG's `uri`) too.
+- name: PGSSLMODE
+  value: verify-full
+- name: PGSSLROOTCERT
+  value: /etc/memgate/postgres-ca/ca.crt
 {{- else }}
 - name: DATABASE_URL
   valueFrom:
@@ -211,6 +218,12 @@ Secrets), the key-encryption key and the API keys of the optional model endpoint
   mountPath: /tmp
 - name: data
   mountPath: /data
+{{- if .Values.postgresql.cloudnativepg.enabled }}
+# The Cluster's CA (its certificate only): libpq checks the server against it (verify-full).
+- name: postgres-ca
+  mountPath: /etc/memgate/postgres-ca
+  readOnly: true
+{{- end }}
 {{- end }}
 
 {{- define "memgate.volumes" -}}
@@ -220,6 +233,14 @@ Secrets), the key-encryption key and the API keys of the optional model endpoint
 - name: data
   emptyDir:
     sizeLimit: {{ .Values.volumes.dataSizeLimit }}
+{{- if .Values.postgresql.cloudnativepg.enabled }}
+- name: postgres-ca
+  secret:
+    secretName: {{ include "memgate.cnpgName" . }}-ca
+    items:
+      - key: ca.crt
+        path: ca.crt
+{{- end }}
 {{- end }}
 
 {{/* Pod-level scheduling and identity shared by every memgate pod. */}}
