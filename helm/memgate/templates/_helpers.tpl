@@ -84,6 +84,37 @@ app.kubernetes.io/component: {{ .component }}
 {{- printf "%s-pg" (include "memgate.fullname" .) | trunc 50 | trimSuffix "-" }}
 {{- end }}
 
+{{/* The migration hook's copy of the chart-made Secret (the existing one when given). */}}
+{{- define "memgate.hookSecretName" -}}
+{{- if .Values.secrets.existingSecret }}
+{{- .Values.secrets.existingSecret }}
+{{- else }}
+{{- printf "%s-secrets-hook" (include "memgate.fullname" .) }}
+{{- end }}
+{{- end }}
+
+{{/* The entries of the chart-made Secret (development only). */}}
+{{- define "memgate.secretData" -}}
+{{- with .Values.secrets }}
+{{- if .databaseUrl }}
+{{ .keys.databaseUrl }}: {{ .databaseUrl | quote }}
+{{- end }}
+{{- if or .migrationDatabaseUrl .databaseUrl }}
+# Without an owner's URL the migrations use the app's (a development cluster's single login).
+{{ .keys.migrationDatabaseUrl }}: {{ default .databaseUrl .migrationDatabaseUrl | quote }}
+{{- end }}
+{{ .keys.keyEncryptionKey }}: {{ .keyEncryptionKey | quote }}
+{{ .keys.bootstrapAdminClientId }}: {{ .bootstrapAdminClientId | quote }}
+{{ .keys.bootstrapAdminSecret }}: {{ .bootstrapAdminSecret | quote }}
+{{- if .embeddingApiKey }}
+{{ .keys.embeddingApiKey }}: {{ .embeddingApiKey | quote }}
+{{- end }}
+{{- if .summarizerApiKey }}
+{{ .keys.summarizerApiKey }}: {{ .summarizerApiKey | quote }}
+{{- end }}
+{{- end }}
+{{- end }}
+
 {{/* The basic-auth Secret of the app's login in the CloudNativePG Cluster. */}}
 {{- define "memgate.cnpgAppLoginSecret" -}}
 {{- .Values.postgresql.cloudnativepg.appLogin.existingSecret }}
@@ -130,12 +161,13 @@ file and could not open the signing keys the others sealed.
 {{/*
 The environment every memgate container shares: the database URLs (never inline: from
 Secrets), the key-encryption key and the API keys of the optional model endpoints. Call with
-(dict "root" . "owner" true) to add the owner's URL (migrations, key rotation), and with
-"bootstrap" true the platform admin's credentials (the migration Job, which makes it).
+(dict "root" . "owner" true) to add the owner's URL (migrations, key rotation), with
+"bootstrap" true the platform admin's credentials (the migration Job, which makes it), and
+"secret" NAME to read another Secret (the migration hook's copy).
 */}}
 {{- define "memgate.secretEnv" -}}
 {{- $root := .root -}}
-{{- $secret := include "memgate.secretName" $root -}}
+{{- $secret := default (include "memgate.secretName" $root) .secret -}}
 {{- $keys := $root.Values.secrets.keys -}}
 {{- $cnpg := $root.Values.postgresql.cloudnativepg -}}
 {{- if $cnpg.enabled }}

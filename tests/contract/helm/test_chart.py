@@ -231,17 +231,33 @@ def test_the_migration_hook_gets_the_extra_settings(rendered: dict[str, list[Man
     assert env(container)["MEMGATE_TOKEN_MAX_IN_FLIGHT_PER_SOURCE"]["value"] == "16"
 
 
-def test_a_chart_made_secret_exists_before_the_migration_hook(
+def test_a_chart_made_secret_exists_before_the_migration_hook_and_none_outlives_the_release(
     rendered: dict[str, list[Manifest]],
 ) -> None:
+    """The pods read an ordinary release object (`helm uninstall` removes it); the hook reads
+    a copy made just before it and deleted once the hooks succeeded. The one Secret used to
+    be a hook with before-hook-creation only: hooks are no release objects, so uninstall left
+    the database passwords and the key-encryption key in the namespace."""
     docs = rendered["defaults"]
     assert by_kind(rendered["production"], "Secret") == []  # an existing Secret: none made
-    secret = one(docs, "Secret")
-    assert secret["metadata"]["annotations"]["helm.sh/hook"] == "pre-install,pre-upgrade"
+    release = one(docs, "Secret", "memgate-secrets")
+    assert not any(k.startswith("helm.sh/") for k in release["metadata"].get("annotations") or {})
+    hook = one(docs, "Secret", "memgate-secrets-hook")
+    annotations = hook["metadata"]["annotations"]
+    assert annotations["helm.sh/hook"] == "pre-install,pre-upgrade"
+    assert annotations["helm.sh/hook-delete-policy"] == "before-hook-creation,hook-succeeded"
+    assert hook["stringData"] == release["stringData"]
     job = one(docs, "Job")
-    assert int(secret["metadata"]["annotations"]["helm.sh/hook-weight"]) < int(
+    assert int(annotations["helm.sh/hook-weight"]) < int(
         job["metadata"]["annotations"]["helm.sh/hook-weight"]
     )
+    for doc in workloads(docs):
+        wanted = "memgate-secrets-hook" if doc is job else "memgate-secrets"
+        for container in containers(doc):
+            for item in env(container).values():
+                ref = item.get("valueFrom", {}).get("secretKeyRef")
+                if ref is not None:
+                    assert ref["name"] == wanted, (doc["metadata"]["name"], item["name"])
 
 
 def test_argo_cd_users_get_a_plain_job_or_none() -> None:
@@ -399,7 +415,7 @@ def test_the_platform_admin_credentials_come_from_the_secret_the_operator_reads(
     (container,) = containers(job)
     for name, key in BOOTSTRAP_ENV.items():
         assert env(container)[name]["valueFrom"]["secretKeyRef"] == {
-            "name": "memgate-secrets",
+            "name": "memgate-secrets-hook",  # the hook's copy of memgate-secrets
             "key": key,
         }
     # only the pod that bootstraps holds the admin's secret
