@@ -6,6 +6,7 @@ build settings; nothing below `Settings.from_env()` reads `os.environ` again.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import uuid
@@ -114,6 +115,7 @@ class ServerSettings:
 
     host/port: `MEMGATE_HOST` / `MEMGATE_PORT`.
     public_url: `MEMGATE_PUBLIC_URL`; the URL clients use, also the embedded issuer (`iss`).
+        Default: `<scheme>://<host>:<port>`, with `localhost` for 0.0.0.0 and `::`.
     max_body_bytes: `MEMGATE_MAX_BODY_BYTES`; larger request bodies answer 413.
     json_logs: `MEMGATE_JSON_LOGS`; JSON lines (production) instead of console rendering (dev).
     workers: `MEMGATE_WORKERS` (or `memgate serve --workers N`); worker processes serving the
@@ -198,7 +200,15 @@ class ServerSettings:
 
 
 def _url_host(host: str) -> str:
-    """An IPv6 literal goes in brackets in a URL."""
+    """The host of the default public URL: `localhost` for an unspecified address (0.0.0.0 or
+    `::`, the image's default, names no host a client can reach or a certificate can carry:
+    the banner's curl line and `memgate token` failed to verify it); an IPv6 literal in
+    brackets."""
+    try:
+        if ipaddress.ip_address(host).is_unspecified:
+            return "localhost"
+    except ValueError:
+        pass  # a name
     return f"[{host}]" if ":" in host else host
 
 

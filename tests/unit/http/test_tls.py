@@ -144,6 +144,23 @@ def test_public_url_defaults_to_https_with_tls(monkeypatch: pytest.MonkeyPatch) 
     assert ServerSettings.from_env().public_url == "https://127.0.0.1:8443"
 
 
+@pytest.mark.parametrize("host", [EVERY_ADDRESS, "::"])
+def test_on_every_address_the_default_public_url_is_one_the_certificate_names(
+    host: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MEMGATE_HOST=0.0.0.0 (the image's default) made public_url https://0.0.0.0:8080, which
+    the banner printed and `memgate token` used, while the certificate named loopback only."""
+    for name in ("MEMGATE_PUBLIC_URL", "MEMGATE_TLS_CERT_FILE", "MEMGATE_TLS_KEY_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("MEMGATE_HOST", host)
+    monkeypatch.setenv("MEMGATE_PORT", "8443")
+    monkeypatch.setenv("MEMGATE_TLS", "self-signed")
+    server = ServerSettings.from_env()
+    assert server.public_url == "https://localhost:8443"
+    made = self_signed(tmp_path, certificate_hosts(server))
+    assert "localhost" in _names(made.cert_file)
+
+
 def test_tls_settings_that_do_not_fit_are_refused() -> None:
     with pytest.raises(ValueError, match="go together"):
         ServerSettings(tls_cert_file="c.pem")
