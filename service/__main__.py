@@ -200,10 +200,10 @@ def _admin_client(settings: Settings) -> AdminClient | None:
     if not info_file.exists():
         return None
     info = json.loads(info_file.read_text())
-    secret_file: Path | None = data_dir / ADMIN_SECRET_FILE
-    if settings.auth.bootstrap_admin_client_id or not secret_file.exists():
-        secret_file = None  # the operator supplied it: it was never written here
-    return AdminClient(info["tenant_id"], info["client_id"], secret_file)
+    written = data_dir / ADMIN_SECRET_FILE
+    # The operator supplied it (MEMGATE_BOOTSTRAP_ADMIN_*): it was never written here.
+    supplied = bool(settings.auth.bootstrap_admin_client_id) or not written.exists()
+    return AdminClient(info["tenant_id"], info["client_id"], None if supplied else written)
 
 
 async def _bootstrap_as_app(settings: Settings, url: str) -> AdminClient | None:

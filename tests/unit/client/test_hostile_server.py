@@ -101,10 +101,10 @@ async def test_an_api_redirect_is_refused_by_both_clients_and_its_body_not_resen
 
 @pytest.mark.parametrize("bad", ["..", ".", ""])
 def test_an_id_that_would_change_the_path_is_refused_before_sending(bad: str) -> None:
-    server = Server(lambda _r: httpx.Response(200, json={"requests_per_minute": 1}))
+    server = Server(lambda _r: httpx.Response(200, json={"request_burst": 1}))
     mg = _client(server)
-    calls = [
-        lambda: mg.set_client_limits(TENANT, bad, requests_per_minute=1),
+    calls: list[Callable[[], object]] = [
+        lambda: mg.set_client_limits(TENANT, bad, request_burst=1),
         lambda: mg.get_memory(bad),
         lambda: mg.revoke_delegate(TENANT, bad),
         lambda: mg.remove_team_member(TENANT, bad),
