@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
     from service.auth.keys import KeyEncryptionKey
     from service.http.tls import SelfSigned
+    from service.identity.service import SuppliedCredentials
     from service.runtime import Runtime
 
 T = TypeVar("T")
@@ -135,21 +136,41 @@ def _write_private(path: Path, content: str) -> None:
 class AdminClient:
     tenant_id: str
     client_id: str
-    secret_file: Path
+    secret_file: Path | None
+    """None: the operator supplied the secret (MEMGATE_BOOTSTRAP_ADMIN_SECRET); no file holds it."""
+
+    @property
+    def secret_source(self) -> str:
+        if self.secret_file is None:
+            return "the MEMGATE_BOOTSTRAP_ADMIN_SECRET you supplied (only its hash is stored)"
+        return f"in {self.secret_file} (mode 0600)"
+
+    @property
+    def secret_shell(self) -> str:
+        """The secret as a shell expression, for the banner's curl line."""
+        if self.secret_file is None:
+            return "$MEMGATE_BOOTSTRAP_ADMIN_SECRET"
+        return f"$(cat {self.secret_file})"
 
 
 async def _bootstrap(
     settings: Settings, sessionmaker: async_sessionmaker[AsyncSession]
 ) -> AdminClient | None:
     """On first start: a default tenant, the platform tenant (its admin is the platform admin),
-    with an admin client; its secret goes to a 0600 file."""
+    with an admin client. Its secret goes to a 0600 file, unless the operator supplied the
+    credentials (MEMGATE_BOOTSTRAP_ADMIN_*): then they already hold it, and a data dir that
+    dies with a migration Job's pod is no place for it."""
     from service.identity.service import any_tenant, create_tenant
 
     data_dir = settings.database.data_dir
+    supplied = _supplied_admin(settings)
     async with sessionmaker.begin() as session:
         if not await any_tenant(session):
-            created = await create_tenant(session, "default", platform=True)
-            _write_private(data_dir / ADMIN_SECRET_FILE, created.client_secret + "\n")
+            created = await create_tenant(
+                session, "default", platform=True, admin_credentials=supplied
+            )
+            if supplied is None:
+                _write_private(data_dir / ADMIN_SECRET_FILE, created.client_secret + "\n")
             _write_private(
                 data_dir / ADMIN_CLIENT_FILE,
                 json.dumps(
@@ -159,6 +180,19 @@ async def _bootstrap(
     return _admin_client(settings)
 
 
+def _supplied_admin(settings: Settings) -> SuppliedCredentials | None:
+    import uuid
+
+    from service.identity.service import SuppliedCredentials
+
+    auth = settings.auth
+    if not auth.bootstrap_admin_client_id:
+        return None
+    return SuppliedCredentials(
+        uuid.UUID(auth.bootstrap_admin_client_id), auth.bootstrap_admin_secret
+    )
+
+
 def _admin_client(settings: Settings) -> AdminClient | None:
     """The bootstrap admin client this data dir holds (None: the bootstrap ran elsewhere)."""
     data_dir = settings.database.data_dir
@@ -166,7 +200,10 @@ def _admin_client(settings: Settings) -> AdminClient | None:
     if not info_file.exists():
         return None
     info = json.loads(info_file.read_text())
-    return AdminClient(info["tenant_id"], info["client_id"], data_dir / ADMIN_SECRET_FILE)
+    written = data_dir / ADMIN_SECRET_FILE
+    # The operator supplied it (MEMGATE_BOOTSTRAP_ADMIN_*): it was never written here.
+    supplied = bool(settings.auth.bootstrap_admin_client_id) or not written.exists()
+    return AdminClient(info["tenant_id"], info["client_id"], None if supplied else written)
 
 
 async def _bootstrap_as_app(settings: Settings, url: str) -> AdminClient | None:
@@ -207,10 +244,10 @@ def _print_banner(
         lines += [
             f"  tenant:          {admin.tenant_id}",
             f"  admin client id: {admin.client_id}",
-            f"  admin secret:    in {admin.secret_file} (mode 0600)",
+            f"  admin secret:    {admin.secret_source}",
             "  get a token:",
-            f'    {curl} -X POST {url}/oauth/token -u "{admin.client_id}:$(cat '
-            f'{admin.secret_file})" -d grant_type=client_credentials',
+            f'    {curl} -X POST {url}/oauth/token -u "{admin.client_id}:'
+            f'{admin.secret_shell}" -d grant_type=client_credentials',
             "  or: memgate token",
         ]
     metrics = settings.observability
@@ -448,6 +485,14 @@ def _check_schema_at_head(settings: Settings, url: str) -> None:
             f"memgate serve --no-migrate: cannot log in as the app ({reason}); check "
             "DATABASE_URL, or run `memgate migrate` first (it makes the embedded app login)."
         ) from None
+    except psycopg.Error as exc:
+        # libpq's parse errors quote the part of the URL they stumble on, often the password
+        # (an unescaped `%`): name the class only, never the message or the URL.
+        raise SystemExit(
+            f"memgate serve --no-migrate: DATABASE_URL cannot be used ({type(exc).__name__}); "
+            "percent-encode reserved characters in its user and password (% as %25, @ as %40, "
+            "/ as %2F, [ as %5B)."
+        ) from None
     current = None if row is None else row[0]
     if current != head:
         raise NotMigrated(f"the schema is at {current}, this memgate needs {head}")
@@ -455,7 +500,7 @@ def _check_schema_at_head(settings: Settings, url: str) -> None:
 
 async def _check_owner_work_done(settings: Settings, url: str) -> None:
     from service.audit.checkpoints import signing_key
-    from service.auth.keys import has_active_key
+    from service.auth.keys import has_active_key, unopenable_signing_keys
     from service.db.session import create_engine, create_sessionmaker
     from service.identity.service import any_tenant
 
@@ -465,6 +510,13 @@ async def _check_owner_work_done(settings: Settings, url: str) -> None:
         async with create_sessionmaker(engine)() as session:
             if settings.auth.embedded_issuer and not await has_active_key(session):
                 raise NotMigrated("the embedded issuer has no signing key")
+            if settings.auth.embedded_issuer and (
+                unopenable := await unopenable_signing_keys(session, kek)
+            ):
+                raise NotMigrated(
+                    f"the {' and '.join(unopenable)} token signing keys cannot be opened with "
+                    "this MEMGATE_KEY_ENCRYPTION_KEY"
+                )
             if await signing_key(session, kek) is None:
                 raise NotMigrated(
                     "there is no audit signing key this MEMGATE_KEY_ENCRYPTION_KEY opens"
@@ -532,7 +584,7 @@ def cmd_migrate(settings: Settings) -> int:
     if admin is not None:
         print(
             f"bootstrap admin client {admin.client_id} of tenant {admin.tenant_id}; "
-            f"its secret is in {admin.secret_file} (mode 0600)"
+            f"its secret is {admin.secret_source}"
         )
     return 0
 
@@ -649,20 +701,10 @@ def cmd_token(settings: Settings, scopes: list[str] | None) -> int:
     """Failures are one line on stderr naming what to fix; no traceback."""
     import httpx
 
-    data_dir = settings.database.data_dir
-    info_file, secret_file = data_dir / ADMIN_CLIENT_FILE, data_dir / ADMIN_SECRET_FILE
-    try:
-        info = json.loads(info_file.read_text())
-        secret = secret_file.read_text().strip()
-        client_id = str(info["client_id"])
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        print(
-            f"memgate token: cannot read the bootstrap admin client ({info_file}, {secret_file}): "
-            f"{exc.__class__.__name__}. Run `memgate serve` once with this MEMGATE_DATA_DIR "
-            "(its first start writes them), or set MEMGATE_DATA_DIR to the server's data dir.",
-            file=sys.stderr,
-        )
+    credentials = _platform_operator(settings, "token")
+    if credentials is None:
         return 1
+    client_id, secret = credentials
     form = {"grant_type": "client_credentials"}
     if scopes:
         form["scope"] = " ".join(scopes)
@@ -743,7 +785,11 @@ def cmd_transfer(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _platform_operator(settings: Settings, command: str) -> tuple[str, str] | None:
-    """The bootstrap admin's client id and secret from MEMGATE_DATA_DIR (the platform admin)."""
+    """The bootstrap admin's client id and secret (the platform admin): the ones the operator
+    supplied (MEMGATE_BOOTSTRAP_ADMIN_*), else from MEMGATE_DATA_DIR."""
+    auth = settings.auth
+    if auth.bootstrap_admin_client_id:
+        return auth.bootstrap_admin_client_id, auth.bootstrap_admin_secret
     data_dir = settings.database.data_dir
     info_file, secret_file = data_dir / ADMIN_CLIENT_FILE, data_dir / ADMIN_SECRET_FILE
     try:
@@ -1084,7 +1130,13 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"memgate: {exc}", file=sys.stderr)
         return 2
-    return _COMMANDS[args.command](settings, args)
+    from service.auth.keys import WrongKeyEncryptionKey
+
+    try:
+        return _COMMANDS[args.command](settings, args)
+    except WrongKeyEncryptionKey as exc:
+        print(f"memgate {args.command}: {exc}", file=sys.stderr)
+        return 1
 
 
 def _keys(settings: Settings, args: argparse.Namespace) -> int:

@@ -6,8 +6,10 @@ build settings; nothing below `Settings.from_env()` reads `os.environ` again.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -155,6 +157,7 @@ class ServerSettings:
 
     host/port: `MEMGATE_HOST` / `MEMGATE_PORT`.
     public_url: `MEMGATE_PUBLIC_URL`; the URL clients use, also the embedded issuer (`iss`).
+        Default: `<scheme>://<host>:<port>`, with `localhost` for 0.0.0.0 and `::`.
     max_body_bytes: `MEMGATE_MAX_BODY_BYTES`; larger request bodies answer 413.
     json_logs: `MEMGATE_JSON_LOGS`; JSON lines (production) instead of console rendering (dev).
     workers: `MEMGATE_WORKERS` (or `memgate serve --workers N`); worker processes serving the
@@ -239,7 +242,15 @@ class ServerSettings:
 
 
 def _url_host(host: str) -> str:
-    """An IPv6 literal goes in brackets in a URL."""
+    """The host of the default public URL: `localhost` for an unspecified address (0.0.0.0 or
+    `::`, the image's default, names no host a client can reach or a certificate can carry:
+    the banner's curl line and `memgate token` failed to verify it); an IPv6 literal in
+    brackets."""
+    try:
+        if ipaddress.ip_address(host).is_unspecified:
+            return "localhost"
+    except ValueError:
+        pass  # a name
     return f"[{host}]" if ":" in host else host
 
 
@@ -327,6 +338,8 @@ class AuthSettings:
     tenant_issuers_allow_loopback: bool = False
     tenant_jwks_timeout_seconds: float = 3.0
     tenant_issuer_cache_seconds: float = 5.0
+    bootstrap_admin_client_id: str = ""
+    bootstrap_admin_secret: str = field(default="", repr=False)
 
     @property
     def trusted_external_issuers(self) -> frozenset[str]:
@@ -364,6 +377,21 @@ class AuthSettings:
             raise ValueError("MEMGATE_SIGNING_ALG must be ES256 or EdDSA")
         if self.token_ttl_seconds > self.max_token_ttl_seconds:
             raise ValueError("MEMGATE_TOKEN_TTL may not exceed MEMGATE_MAX_TOKEN_TTL")
+        self._check_bootstrap_admin()
+
+    def _check_bootstrap_admin(self) -> None:
+        if bool(self.bootstrap_admin_client_id) != bool(self.bootstrap_admin_secret):
+            raise ValueError(
+                "MEMGATE_BOOTSTRAP_ADMIN_CLIENT_ID and MEMGATE_BOOTSTRAP_ADMIN_SECRET go together"
+            )
+        if not self.bootstrap_admin_client_id:
+            return
+        try:
+            uuid.UUID(self.bootstrap_admin_client_id)
+        except ValueError:
+            raise ValueError("MEMGATE_BOOTSTRAP_ADMIN_CLIENT_ID must be a UUID") from None
+        if len(self.bootstrap_admin_secret) < 32:
+            raise ValueError("MEMGATE_BOOTSTRAP_ADMIN_SECRET must be at least 32 characters")
 
     @classmethod
     def from_env(cls) -> AuthSettings:
@@ -387,6 +415,8 @@ class AuthSettings:
             tenant_issuers_allow_loopback=_env_bool("MEMGATE_TENANT_ISSUERS_ALLOW_LOOPBACK", False),
             tenant_jwks_timeout_seconds=float(_env("MEMGATE_TENANT_JWKS_TIMEOUT_SECONDS", "3")),
             tenant_issuer_cache_seconds=float(_env("MEMGATE_TENANT_ISSUER_CACHE_SECONDS", "5")),
+            bootstrap_admin_client_id=_env("MEMGATE_BOOTSTRAP_ADMIN_CLIENT_ID", "").strip(),
+            bootstrap_admin_secret=_env("MEMGATE_BOOTSTRAP_ADMIN_SECRET", "").strip(),
         )
 
 

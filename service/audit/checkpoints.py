@@ -22,7 +22,7 @@ from joserfc.jwk import KeyParameters, KeySet, KeySetSerialization, OKPKey
 from sqlalchemy import func, select, text, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from service.auth.keys import KeyEncryptionKey
+from service.auth.keys import KeyEncryptionKey, WrongKeyEncryptionKey
 from service.db.models import AuditCheckpoint, AuditHead, AuditSigningKey
 from service.db.tenancy import name_tenant
 
@@ -90,13 +90,25 @@ async def signing_key(session: AsyncSession, kek: KeyEncryptionKey) -> OKPKey | 
 async def ensure_audit_key(session: AsyncSession, kek: KeyEncryptionKey) -> None:
     """As the owner: an unretired audit key this key-encryption key opens exists (first start,
     or after the keys were retired). The app role may not write audit keys (a key it planted
-    was trusted), so `memgate migrate` and `serve` call this with an owner's session."""
+    was trusted), so `memgate migrate` and `serve` call this with an owner's session.
+
+    Unretired keys that `kek` cannot open refuse (WrongKeyEncryptionKey) instead of getting a
+    new key beside them: a migration run with another key used to add one its own pods could
+    open, and the pods holding the first key lost theirs. `memgate keys rotate-audit` retires
+    them on purpose."""
     # One key at a time: concurrent starts (several API pods) wait for each other here.
     await session.execute(
         text("SELECT pg_advisory_xact_lock(hashtextextended('memgate.audit.key', 0))")
     )
     if await signing_key(session, kek) is not None:
         return
+    unretired = await session.scalar(
+        select(func.count())
+        .select_from(AuditSigningKey)
+        .where(AuditSigningKey.retired_at.is_(None))
+    )
+    if unretired:
+        raise WrongKeyEncryptionKey(f"the {unretired} unretired audit signing key(s)")
     kid = f"audit-{datetime.now(UTC):%Y%m%d}-{uuid.uuid4().hex[:8]}"
     params: KeyParameters = {"kid": kid, "alg": ALGORITHM, "use": "sig"}
     key = OKPKey.generate_key("Ed25519", parameters=params)

@@ -20,7 +20,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from joserfc.errors import JoseError
 from joserfc.jwk import ECKey, KeyParameters, OKPKey
 from sqlalchemy import delete, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -62,6 +64,18 @@ class KeyEncryptionKey:
 SigningJwk = ECKey | OKPKey
 
 
+class WrongKeyEncryptionKey(Exception):
+    """Keys in the database that this key-encryption key cannot open: another
+    MEMGATE_KEY_ENCRYPTION_KEY sealed them. Making new keys beside them would leave the
+    processes that hold the other key unable to sign, so the owner's commands refuse."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(
+            f"{what} cannot be opened with this MEMGATE_KEY_ENCRYPTION_KEY: another key sealed "
+            "them; give every process the key the first `memgate migrate` used"
+        )
+
+
 def _generate(alg: str, kid: str) -> SigningJwk:
     params: KeyParameters = {"kid": kid, "alg": alg, "use": "sig"}
     if alg == "EdDSA":
@@ -91,7 +105,11 @@ def _new_row(alg: str, kek: KeyEncryptionKey, state: str) -> SigningKey:
 
 
 async def ensure_keys(session: AsyncSession, alg: str, kek: KeyEncryptionKey) -> None:
-    """Make sure an `active` and a `next` key exist (first start, or after manual cleanup)."""
+    """Make sure an `active` and a `next` key exist (first start, or after manual cleanup),
+    and that the ones already there open with `kek` (WrongKeyEncryptionKey otherwise)."""
+    unopenable = await unopenable_signing_keys(session, kek)
+    if unopenable:
+        raise WrongKeyEncryptionKey(f"the {' and '.join(unopenable)} token signing keys")
     states = set((await session.scalars(select(SigningKey.state))).all())
     if "active" not in states:
         session.add(_new_row(alg, kek, "active"))
@@ -126,6 +144,23 @@ async def rotate(session: AsyncSession, alg: str, kek: KeyEncryptionKey, keep: t
     if promoted is None:
         raise RuntimeError("no 'next' signing key to promote")
     return str(promoted)
+
+
+async def unopenable_signing_keys(session: AsyncSession, kek: KeyEncryptionKey) -> list[str]:
+    """The states (`active`, `next`) of the signing keys `kek` cannot open: the ones a process
+    signs with now or after the next rotation."""
+    rows = await session.scalars(
+        select(SigningKey)
+        .where(SigningKey.state.in_(("active", "next")))
+        .order_by(SigningKey.state)
+    )
+    failed = []
+    for row in rows:
+        try:
+            _import(row.alg, json.loads(kek.open(row.kid, row.private_key_encrypted)))
+        except (InvalidTag, ValueError, TypeError, JoseError):
+            failed.append(row.state)
+    return failed
 
 
 async def has_active_key(session: AsyncSession) -> bool:

@@ -11,6 +11,12 @@ _NO_STORE = (_CACHE_CONTROL, b"no-store")
 _HSTS = (b"strict-transport-security", b"max-age=31536000; includeSubDomains")
 
 
+def server_answer_headers(*, hsts: bool) -> list[tuple[bytes, bytes]]:
+    """The same headers for the answers uvicorn writes itself (its parser's 400s, which never
+    reach the app: service/http/server.py)."""
+    return [_NOSNIFF, _NO_STORE, *([_HSTS] if hsts else [])]
+
+
 def security_headers(app: ASGIApp, *, hsts: bool = False) -> ASGIApp:
     """`X-Content-Type-Options: nosniff` on every answer, and `Cache-Control: no-store` on every
     answer that does not set its own: answers hold memories, policy and audit rows of one

@@ -9,7 +9,9 @@ the bytes are attacker text, so neither the metric nor the log carries any of th
 
 Both of uvicorn's HTTP/1.1 protocols answer every parse failure through `send_400_response`, so
 one override per protocol counts them all: httptools (the default, C) and h11 (pure Python,
-`MEMGATE_HTTP_PARSER=h11`). The event loop is uvloop.
+`MEMGATE_HTTP_PARSER=h11`). The override also writes the answer itself, with the headers every
+answer of the app carries (`nosniff`, `no-store`, and HSTS over TLS: service/http/headers.py),
+which uvicorn's own 400 lacked. The event loop is uvloop.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import uvloop
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from service.http.headers import server_answer_headers
 from service.observability.telemetry import SERVER_REJECTED
 
 T = TypeVar("T")
@@ -42,13 +45,29 @@ def _count_rejection(server: str) -> None:
     _log.warning("http_request_rejected_by_server", status=400, server=server)
 
 
+def _refuse(protocol: H11Protocol | HttpToolsProtocol, msg: str) -> None:
+    """Answer 400 with `msg` (uvicorn's fixed text) and close, as uvicorn does, plus the
+    server's default headers (`date`) and the security headers of every answer."""
+    body = msg.encode("ascii")
+    headers = [
+        *protocol.server_state.default_headers,
+        (b"content-type", b"text/plain; charset=utf-8"),
+        (b"content-length", str(len(body)).encode("ascii")),
+        (b"connection", b"close"),
+        *server_answer_headers(hsts=protocol.config.is_ssl),
+    ]
+    head = b"".join(name + b": " + value + b"\r\n" for name, value in headers)
+    protocol.transport.write(b"HTTP/1.1 400 Bad Request\r\n" + head + b"\r\n" + body)
+    protocol.transport.close()
+
+
 class CountingH11Protocol(H11Protocol):
     """uvicorn's h11 protocol; every request its parser rejects is counted and logged."""
 
     def send_400_response(self, msg: str) -> None:
         # uvicorn answers every h11 RemoteProtocolError through here.
         _count_rejection("h11")
-        super().send_400_response(msg)
+        _refuse(self, msg)
 
 
 class CountingHttpToolsProtocol(HttpToolsProtocol):
@@ -86,7 +105,7 @@ class CountingHttpToolsProtocol(HttpToolsProtocol):
         # callbacks while parsing (a non-ASCII target fails to decode in on_headers_complete,
         # which httptools raises as HttpParserCallbackError, an HttpParserError).
         _count_rejection("httptools")
-        super().send_400_response(msg)
+        _refuse(self, msg)
 
 
 PROTOCOLS: dict[str, type[H11Protocol] | type[HttpToolsProtocol]] = {

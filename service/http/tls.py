@@ -12,6 +12,7 @@ import datetime
 import ipaddress
 import os
 import ssl
+import stat
 from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -99,19 +100,44 @@ def self_signed(data_dir: Path, hosts: list[str]) -> SelfSigned:
 
 
 def _reusable(cert_file: Path, key_file: Path, hosts: list[str]) -> x509.Certificate | None:
-    if not cert_file.exists() or not key_file.exists():
+    """The pair found in the data dir, if it may be served again: both files private to this
+    user, the key the certificate's own (serve killed between `_make`'s two renames left a new
+    key beside the old certificate, and every later start died on ssl's mismatch), still valid
+    for a while and naming every host. Anything else is made again."""
+    if not (_private_file(cert_file) and _private_file(key_file)):
         return None
-    cert = x509.load_pem_x509_certificate(cert_file.read_bytes())
+    try:
+        cert = x509.load_pem_x509_certificate(cert_file.read_bytes())
+        key = serialization.load_pem_private_key(key_file.read_bytes(), password=None)
+        names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except (ValueError, TypeError, x509.ExtensionNotFound):
+        return None  # unreadable or not ours: a new pair
+    if key.public_key() != cert.public_key():
+        return None
     renew_at = datetime.datetime.now(datetime.UTC) + datetime.timedelta(days=RENEW_BEFORE_DAYS)
     if cert.not_valid_after_utc < renew_at:
         return None
-    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     carried = {str(name) for name in names.get_values_for_type(x509.DNSName)} | {
         str(ip) for ip in names.get_values_for_type(x509.IPAddress)
     }
     if not all(_normal(host) in carried for host in hosts):
         return None
     return cert
+
+
+def _private_file(path: Path) -> bool:
+    """A regular file (not a link), this user's, readable by nobody else: a key found readable
+    by others (restored from a backup, copied under umask 022) may have been read, so it is
+    not served again."""
+    try:
+        found = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    return (
+        stat.S_ISREG(found.st_mode)
+        and found.st_uid == os.getuid()
+        and stat.S_IMODE(found.st_mode) & 0o077 == 0
+    )
 
 
 def _normal(host: str) -> str:
@@ -179,11 +205,18 @@ def _make(cert_file: Path, key_file: Path, hosts: list[str]) -> x509.Certificate
 
 
 def _write_private(path: Path, content: bytes) -> None:
-    """Mode 0600 from the start (no window where the key is readable), replacing atomically."""
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    """Mode 0600 from the start (no window where the key is readable), replacing atomically.
+    The partial file is made afresh (O_EXCL, O_NOFOLLOW): a leftover one kept its own mode, and
+    a symlink there sent the key wherever it pointed. The folder is this user's alone."""
+    folder = path.parent
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if folder.stat().st_uid == os.getuid():
+        folder.chmod(0o700)
     partial = path.with_suffix(path.suffix + ".new")
-    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    partial.unlink(missing_ok=True)  # a link is removed, not followed
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "wb") as handle:
+        os.fchmod(handle.fileno(), 0o600)
         handle.write(content)
     partial.replace(path)
 
@@ -216,4 +249,5 @@ def with_tls_files(settings: Settings) -> tuple[Settings, SelfSigned | None]:
     files = replace(
         server, tls="", tls_cert_file=str(made.cert_file), tls_key_file=str(made.key_file)
     )
+    check_certificate_files(files)  # the pair made or reused loads, or one line
     return replace(settings, server=files), made

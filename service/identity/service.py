@@ -9,7 +9,7 @@ from __future__ import annotations
 import secrets
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -63,6 +63,14 @@ class CallerScopes(Protocol):
 
     @property
     def scopes(self) -> frozenset[str]: ...
+
+
+@dataclass(frozen=True)
+class SuppliedCredentials:
+    """A client id and secret the operator chose (the bootstrap admin's)."""
+
+    client_id: uuid.UUID
+    secret: str = field(repr=False)
 
 
 def new_client_secret() -> str:
@@ -191,20 +199,27 @@ class IdentityService:
         self._facts.count(len(items))
         return items
 
-    async def create_client(self, caller: CallerScopes, data: ClientCreate) -> ClientCreated:
+    async def create_client(
+        self,
+        caller: CallerScopes,
+        data: ClientCreate,
+        *,
+        supplied: SuppliedCredentials | None = None,
+    ) -> ClientCreated:
         """Register a client. Three ceilings: the scopes must be ones the caller's own token
         holds; admin clients and admin scopes only for users and services, never agents; and a
         client acting as *another* principal (its holder reads that principal's memories) needs
-        `manage:tenant` on top of `manage:policy`."""
+        `manage:tenant` on top of `manage:policy`. `supplied`: the operator's id and secret (the
+        bootstrap admin's, MEMGATE_BOOTSTRAP_ADMIN_*) instead of random ones."""
         scopes = _checked_scopes(data.kind, data.scopes)
         target = await self._session.get(Principal, (self._tenant_id, data.principal_id))
         if target is None:
             raise PrincipalNotFound(f"No principal {data.principal_id} in your tenant.")
         _check_registration(caller, target, scopes, data.kind, self._agents_may_read_policy)
-        secret = new_client_secret()
+        secret = new_client_secret() if supplied is None else supplied.secret
         client = Client(
             tenant_id=self._tenant_id,
-            client_id=uuid.uuid4(),
+            client_id=uuid.uuid4() if supplied is None else supplied.client_id,
             principal_id=data.principal_id,
             kind=data.kind,
             name=data.name,
@@ -413,6 +428,7 @@ async def create_tenant(
     platform: bool = False,
     settings: dict[str, Any] | None = None,
     name_for: NameFor | None = None,
+    admin_credentials: SuppliedCredentials | None = None,
 ) -> BootstrapResult:
     """A tenant with an admin user and an admin client holding every scope. `platform`: the
     platform tenant (the first start's; at most one). `settings`: already validated
@@ -424,7 +440,8 @@ async def create_tenant(
     platform admin's call), and is named after. Its rows are then written under row-level
     security keyed on the tenant the transaction names; a caller that goes on names itself
     again. `name_for`: how the transaction names a tenant (a call's `name_for`, so its
-    savepoints keep naming the new tenant); default: for this transaction only."""
+    savepoints keep naming the new tenant); default: for this transaction only.
+    `admin_credentials`: the admin client's id and secret, chosen by the operator."""
 
     async def work_in(tenant_id: uuid.UUID) -> None:
         if name_for is not None:
@@ -452,6 +469,7 @@ async def create_tenant(
         ClientCreate(
             principal_id=admin.id, name="bootstrap-admin", kind="admin", scopes=sorted(ALL_SCOPES)
         ),
+        supplied=admin_credentials,
     )
     return BootstrapResult(
         tenant_id=tenant.tenant_id,

@@ -74,3 +74,27 @@ def test_token_without_a_server_says_what_to_do(
     assert "Traceback" not in err
     assert f"http://127.0.0.1:{port}" in err
     assert "is memgate serve running" in err
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://memgate_api:S3CRET%pw-7Qz@127.0.0.1:1/memgate",
+        "postgresql://memgate_api:S3CRET%pw-7Qz@[127.0.0.1:1/memgate",
+    ],
+    ids=["percent-in-password", "unclosed-bracket"],
+)
+def test_serve_no_migrate_never_prints_a_database_url_libpq_cannot_parse(
+    url: str, tmp_path: Path
+) -> None:
+    """libpq's parse error quoted the password, and escaped `_check_schema_at_head` (it caught
+    OperationalError only) as a traceback into the pod's log."""
+    from service.__main__ import _check_schema_at_head
+    from service.settings import Settings
+
+    with pytest.raises(SystemExit) as refused:
+        _check_schema_at_head(Settings(), url)
+    message = str(refused.value.code)
+    assert message.startswith("memgate serve --no-migrate: DATABASE_URL cannot be used (")
+    assert "S3CRET" not in message
+    assert refused.value.__context__ is None or refused.value.__suppress_context__

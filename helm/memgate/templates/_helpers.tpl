@@ -84,10 +84,43 @@ app.kubernetes.io/component: {{ .component }}
 {{- printf "%s-pg" (include "memgate.fullname" .) | trunc 50 | trimSuffix "-" }}
 {{- end }}
 
+{{/* The migration hook's copy of the chart-made Secret (the existing one when given). */}}
+{{- define "memgate.hookSecretName" -}}
+{{- if .Values.secrets.existingSecret }}
+{{- .Values.secrets.existingSecret }}
+{{- else }}
+{{- printf "%s-secrets-hook" (include "memgate.fullname" .) }}
+{{- end }}
+{{- end }}
+
+{{/* The entries of the chart-made Secret (development only). */}}
+{{- define "memgate.secretData" -}}
+{{- with .Values.secrets }}
+{{- if .databaseUrl }}
+{{ .keys.databaseUrl }}: {{ .databaseUrl | quote }}
+{{- end }}
+{{- if or .migrationDatabaseUrl .databaseUrl }}
+# Without an owner's URL the migrations use the app's (a development cluster's single login).
+{{ .keys.migrationDatabaseUrl }}: {{ default .databaseUrl .migrationDatabaseUrl | quote }}
+{{- end }}
+{{ .keys.keyEncryptionKey }}: {{ .keyEncryptionKey | quote }}
+{{ .keys.bootstrapAdminClientId }}: {{ .bootstrapAdminClientId | quote }}
+{{ .keys.bootstrapAdminSecret }}: {{ .bootstrapAdminSecret | quote }}
+{{- if $.Values.postgresql.readReplicaUrl }}
+{{ .keys.readDatabaseUrl }}: {{ $.Values.postgresql.readReplicaUrl | quote }}
+{{- end }}
+{{- if .embeddingApiKey }}
+{{ .keys.embeddingApiKey }}: {{ .embeddingApiKey | quote }}
+{{- end }}
+{{- if .summarizerApiKey }}
+{{ .keys.summarizerApiKey }}: {{ .summarizerApiKey | quote }}
+{{- end }}
+{{- end }}
+{{- end }}
+
 {{/* The basic-auth Secret of the app's login in the CloudNativePG Cluster. */}}
 {{- define "memgate.cnpgAppLoginSecret" -}}
-{{- $cnpg := .Values.postgresql.cloudnativepg -}}
-{{- default (printf "%s-api-login" (include "memgate.cnpgName" .)) $cnpg.appLogin.existingSecret }}
+{{- .Values.postgresql.cloudnativepg.appLogin.existingSecret }}
 {{- end }}
 
 {{/* The public URL: config.publicUrl, else https:// the first Ingress host. */}}
@@ -113,9 +146,15 @@ file and could not open the signing keys the others sealed.
 {{- if and (not .Values.postgresql.cloudnativepg.enabled) (not .Values.secrets.databaseUrl) }}
 {{- fail "memgate: secrets.databaseUrl (the app's login, a member of memgate_app) is required without secrets.existingSecret or postgresql.cloudnativepg.enabled" }}
 {{- end }}
+{{- if not (and .Values.secrets.bootstrapAdminClientId .Values.secrets.bootstrapAdminSecret) }}
+{{- fail "memgate: the platform admin's credentials are required: set secrets.existingSecret (with the entries named by secrets.keys.bootstrapAdminClientId and bootstrapAdminSecret) or secrets.bootstrapAdminClientId (a UUID: `uuidgen`) and secrets.bootstrapAdminSecret (32+ characters: `openssl rand -base64 33`). The migration Job's data dir dies with it: the admin's secret must be one you already hold" }}
+{{- end }}
 {{- end }}
 {{- if and .Values.postgresql.cloudnativepg.enabled .Values.migrations.enabled .Values.migrations.asHook }}
 {{- fail "memgate: postgresql.cloudnativepg.enabled needs migrations.asHook=false: a pre-install hook runs before the Cluster (and its Secrets) exist; the plain Job waits for them" }}
+{{- end }}
+{{- if and .Values.postgresql.cloudnativepg.enabled (not .Values.postgresql.cloudnativepg.appLogin.existingSecret) }}
+{{- fail "memgate: postgresql.cloudnativepg.appLogin.existingSecret is required: a password the chart made would change on every offline render (Argo CD, helm template), and CloudNativePG would reset the login's password under the running pods. Make a basic-auth Secret labelled cnpg.io/reload=true with username memgate_api and a random alphanumeric password (docs/operations.md, CloudNativePG)" }}
 {{- end }}
 {{- if and .Values.secrets.existingSecret (not .Values.secrets.keys.keyEncryptionKey) }}
 {{- fail "memgate: secrets.keys.keyEncryptionKey must name the key-encryption key's entry in secrets.existingSecret" }}
@@ -125,11 +164,13 @@ file and could not open the signing keys the others sealed.
 {{/*
 The environment every memgate container shares: the database URLs (never inline: from
 Secrets), the key-encryption key and the API keys of the optional model endpoints. Call with
-(dict "root" . "owner" true) to add the owner's URL (migrations, key rotation).
+(dict "root" . "owner" true) to add the owner's URL (migrations, key rotation), with
+"bootstrap" true the platform admin's credentials (the migration Job, which makes it), and
+"secret" NAME to read another Secret (the migration hook's copy).
 */}}
 {{- define "memgate.secretEnv" -}}
 {{- $root := .root -}}
-{{- $secret := include "memgate.secretName" $root -}}
+{{- $secret := default (include "memgate.secretName" $root) .secret -}}
 {{- $keys := $root.Values.secrets.keys -}}
 {{- $cnpg := $root.Values.postgresql.cloudnativepg -}}
 {{- if $cnpg.enabled }}
@@ -140,7 +181,12 @@ Secrets), the key-encryption key and the API keys of the optional model endpoint
       key: password
 # Composed from the login's Secret by Kubernetes ($(VAR) expansion): the password is never here.
 - name: DATABASE_URL
-  value: {{ printf "postgresql://%s:$(MEMGATE_DB_LOGIN_PASSWORD)@%s-rw:5432/%s?sslmode=require" $cnpg.appLogin.name (include "memgate.cnpgName" $root) $cnpg.database | quote }}
+  value: {{ printf "postgresql://%s:$(MEMGATE_DB_LOGIN_PASSWORD)@%s-rw:5432/%s?sslmode=verify-full&sslrootcert=/etc/memgate/postgres-ca/ca.crt" $cnpg.appLogin.name (include "memgate.cnpgName" $root) $cnpg.database | quote }}
+# libpq's defaults for URLs that name no sslmode: the owner's (CloudNativePG's `uri`) too.
+- name: PGSSLMODE
+  value: verify-full
+- name: PGSSLROOTCERT
+  value: /etc/memgate/postgres-ca/ca.crt
 {{- else }}
 - name: DATABASE_URL
   valueFrom:
@@ -167,6 +213,18 @@ Secrets), the key-encryption key and the API keys of the optional model endpoint
     secretKeyRef:
       name: {{ $secret }}
       key: {{ $keys.keyEncryptionKey }}
+{{- if .bootstrap }}
+- name: MEMGATE_BOOTSTRAP_ADMIN_CLIENT_ID
+  valueFrom:
+    secretKeyRef:
+      name: {{ $secret }}
+      key: {{ $keys.bootstrapAdminClientId }}
+- name: MEMGATE_BOOTSTRAP_ADMIN_SECRET
+  valueFrom:
+    secretKeyRef:
+      name: {{ $secret }}
+      key: {{ $keys.bootstrapAdminSecret }}
+{{- end }}
 {{- if or $root.Values.secrets.existingSecret $root.Values.secrets.embeddingApiKey }}
 - name: MEMGATE_EMBEDDING_API_KEY
   valueFrom:
@@ -215,6 +273,12 @@ with the app's login (composed as DATABASE_URL is), or a Secret's entry; never i
   mountPath: /tmp
 - name: data
   mountPath: /data
+{{- if .Values.postgresql.cloudnativepg.enabled }}
+# The Cluster's CA (its certificate only): libpq checks the server against it (verify-full).
+- name: postgres-ca
+  mountPath: /etc/memgate/postgres-ca
+  readOnly: true
+{{- end }}
 {{- end }}
 
 {{- define "memgate.volumes" -}}
@@ -224,6 +288,14 @@ with the app's login (composed as DATABASE_URL is), or a Secret's entry; never i
 - name: data
   emptyDir:
     sizeLimit: {{ .Values.volumes.dataSizeLimit }}
+{{- if .Values.postgresql.cloudnativepg.enabled }}
+- name: postgres-ca
+  secret:
+    secretName: {{ include "memgate.cnpgName" . }}-ca
+    items:
+      - key: ca.crt
+        path: ca.crt
+{{- end }}
 {{- end }}
 
 {{/* Pod-level scheduling and identity shared by every memgate pod. */}}

@@ -24,9 +24,11 @@ MINIMAL: dict[str, Any] = {
         "keyEncryptionKey": KEK,
         "databaseUrl": "postgresql://memgate_api:dev@postgres:5432/memgate",
         "migrationDatabaseUrl": "postgresql://memgate:dev@postgres:5432/memgate",
+        "bootstrapAdminClientId": "6f1c2a9e-4b1d-4c8e-9a51-3d2f7b8e0c14",
+        "bootstrapAdminSecret": "dev-only-bootstrap-admin-secret-0123456789",
     }
 }
-"""The chart's defaults plus the two values it refuses to render without."""
+"""The chart's defaults plus the values it refuses to render without."""
 
 POD_KINDS = ("Deployment", "Job", "CronJob", "Pod")
 

@@ -52,7 +52,13 @@ SECRET_ENV = (
     "MEMGATE_EMBEDDING_API_KEY",
     "MEMGATE_SUMMARIZER_API_KEY",
     "MEMGATE_READ_DATABASE_URL",
+    "MEMGATE_BOOTSTRAP_ADMIN_CLIENT_ID",
+    "MEMGATE_BOOTSTRAP_ADMIN_SECRET",
 )
+BOOTSTRAP_ENV = {
+    "MEMGATE_BOOTSTRAP_ADMIN_CLIENT_ID": "bootstrap-admin-client-id",
+    "MEMGATE_BOOTSTRAP_ADMIN_SECRET": "bootstrap-admin-secret",
+}
 
 
 @pytest.fixture(scope="module")
@@ -226,17 +232,33 @@ def test_the_migration_hook_gets_the_extra_settings(rendered: dict[str, list[Man
     assert env(container)["MEMGATE_TOKEN_MAX_IN_FLIGHT_PER_SOURCE"]["value"] == "16"
 
 
-def test_a_chart_made_secret_exists_before_the_migration_hook(
+def test_a_chart_made_secret_exists_before_the_migration_hook_and_none_outlives_the_release(
     rendered: dict[str, list[Manifest]],
 ) -> None:
+    """The pods read an ordinary release object (`helm uninstall` removes it); the hook reads
+    a copy made just before it and deleted once the hooks succeeded. The one Secret used to
+    be a hook with before-hook-creation only: hooks are no release objects, so uninstall left
+    the database passwords and the key-encryption key in the namespace."""
     docs = rendered["defaults"]
     assert by_kind(rendered["production"], "Secret") == []  # an existing Secret: none made
-    secret = one(docs, "Secret")
-    assert secret["metadata"]["annotations"]["helm.sh/hook"] == "pre-install,pre-upgrade"
+    release = one(docs, "Secret", "memgate-secrets")
+    assert not any(k.startswith("helm.sh/") for k in release["metadata"].get("annotations") or {})
+    hook = one(docs, "Secret", "memgate-secrets-hook")
+    annotations = hook["metadata"]["annotations"]
+    assert annotations["helm.sh/hook"] == "pre-install,pre-upgrade"
+    assert annotations["helm.sh/hook-delete-policy"] == "before-hook-creation,hook-succeeded"
+    assert hook["stringData"] == release["stringData"]
     job = one(docs, "Job")
-    assert int(secret["metadata"]["annotations"]["helm.sh/hook-weight"]) < int(
+    assert int(annotations["helm.sh/hook-weight"]) < int(
         job["metadata"]["annotations"]["helm.sh/hook-weight"]
     )
+    for doc in workloads(docs):
+        wanted = "memgate-secrets-hook" if doc is job else "memgate-secrets"
+        for container in containers(doc):
+            for item in env(container).values():
+                ref = item.get("valueFrom", {}).get("secretKeyRef")
+                if ref is not None:
+                    assert ref["name"] == wanted, (doc["metadata"]["name"], item["name"])
 
 
 def test_argo_cd_users_get_a_plain_job_or_none() -> None:
@@ -374,6 +396,42 @@ def test_rendering_fails_without_a_key_encryption_key_or_database(
 ) -> None:
     with pytest.raises(helm.HelmRenderError, match=re.escape(message)):
         render(values)
+
+
+def test_the_platform_admin_credentials_come_from_the_secret_the_operator_reads() -> None:
+    """The migration Job bootstraps the platform admin into a data dir that dies with its pod:
+    the id and secret must be the operator's, from the release's Secret, and NOTES.txt must
+    send the operator there, not to a pod's /data."""
+    rendered = render(MINIMAL)
+    docs = manifests(rendered)
+    secret = one(docs, "Secret", "memgate-secrets")
+    assert (
+        secret["stringData"]["bootstrap-admin-client-id"]
+        == (MINIMAL["secrets"]["bootstrapAdminClientId"])
+    )
+    assert (
+        secret["stringData"]["bootstrap-admin-secret"] == MINIMAL["secrets"]["bootstrapAdminSecret"]
+    )
+    job = one(docs, "Job")
+    (container,) = containers(job)
+    for name, key in BOOTSTRAP_ENV.items():
+        assert env(container)[name]["valueFrom"]["secretKeyRef"] == {
+            "name": "memgate-secrets-hook",  # the hook's copy of memgate-secrets
+            "key": key,
+        }
+    # only the pod that bootstraps holds the admin's secret
+    for doc in workloads(docs):
+        if doc is not job:
+            for other in containers(doc):
+                assert not set(BOOTSTRAP_ENV) & set(env(other)), doc["metadata"]["name"]
+    notes = rendered["memgate/templates/NOTES.txt"]
+    assert "/data/admin-client.secret" not in notes
+    assert "get secret memgate-secrets -o jsonpath='{.data.bootstrap-admin-secret}'" in notes
+    without = {k: v for k, v in MINIMAL["secrets"].items() if not k.startswith("bootstrap")}
+    with pytest.raises(helm.HelmRenderError, match="the platform admin's credentials"):
+        render({"secrets": without})
+    with pytest.raises(helm.HelmValuesError, match="bootstrapAdminSecret"):
+        render({"secrets": {**MINIMAL["secrets"], "bootstrapAdminSecret": "short"}})
 
 
 def test_unknown_and_unsafe_values_are_refused() -> None:

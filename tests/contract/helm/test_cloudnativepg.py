@@ -65,27 +65,58 @@ def test_the_cluster_bootstraps_the_owner_pgvector_and_the_app_login(docs: list[
     assert not any(
         login[flag] for flag in ("superuser", "createrole", "createdb", "bypassrls", "replication")
     )
-    secret = one(docs, "Secret", login["passwordSecret"]["name"])
-    assert secret["type"] == "kubernetes.io/basic-auth"
-    assert secret["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    # the operator's Secret: a chart-made random password changed on every offline render
+    assert login["passwordSecret"] == {"name": "memgate-api-login"}
+    assert [d["metadata"]["name"] for d in by_kind(docs, "Secret")] == []
     assert spec["storage"] == {"size": "50Gi", "storageClass": "fast-ssd"}
 
 
 def test_the_database_urls_come_from_the_cluster_secrets(docs: list[Manifest]) -> None:
     api = env(containers(one(docs, "Deployment"))[0])
     password = api["MEMGATE_DB_LOGIN_PASSWORD"]["valueFrom"]["secretKeyRef"]
-    assert password == {"name": "memgate-pg-api-login", "key": "password"}
-    # composed by Kubernetes from the variable above: no password in the manifest
+    assert password == {"name": "memgate-api-login", "key": "password"}
+    # composed by Kubernetes from the variable above: no password in the manifest; the server
+    # is checked against the Cluster's CA (sslmode=require sent the password to whoever
+    # answered at the -rw address)
     assert api["DATABASE_URL"]["value"] == (
-        "postgresql://memgate_api:$(MEMGATE_DB_LOGIN_PASSWORD)@memgate-pg-rw:5432/memgate?sslmode=require"
+        "postgresql://memgate_api:$(MEMGATE_DB_LOGIN_PASSWORD)@memgate-pg-rw:5432/memgate"
+        "?sslmode=verify-full&sslrootcert=/etc/memgate/postgres-ca/ca.crt"
     )
     job = one(docs, "Job")
     owner = env(pod_spec(job)["containers"][0])["MEMGATE_MIGRATION_DATABASE_URL"]
     assert owner["valueFrom"]["secretKeyRef"] == {"name": "memgate-pg-app", "key": "uri"}
     assert "helm.sh/hook" not in job["metadata"]["annotations"]  # waits for the Cluster's Secrets
     for doc in workloads(docs):
+        if not any("DATABASE_URL" in env(c) for c in containers(doc)):
+            continue  # the `helm test` pod
+        spec = pod_spec(doc)
+        ca = next(v for v in spec["volumes"] if v["name"] == "postgres-ca")
+        assert ca["secret"] == {
+            "secretName": "memgate-pg-ca",
+            "items": [{"key": "ca.crt", "path": "ca.crt"}],  # never the CA's private key
+        }
         for container in containers(doc):
-            assert env(container).get("MEMGATE_DB_LOGIN_PASSWORD", {}).get("value") is None
+            variables = env(container)
+            assert variables.get("MEMGATE_DB_LOGIN_PASSWORD", {}).get("value") is None
+            # the owner's URL (CloudNativePG's `uri`) names no sslmode: libpq's defaults
+            assert variables["PGSSLMODE"]["value"] == "verify-full"
+            assert variables["PGSSLROOTCERT"]["value"] == "/etc/memgate/postgres-ca/ca.crt"
+            mount = next(m for m in container["volumeMounts"] if m["name"] == "postgres-ca")
+            assert mount == {
+                "name": "postgres-ca",
+                "mountPath": "/etc/memgate/postgres-ca",
+                "readOnly": True,
+            }
+
+
+def test_a_cluster_needs_the_operators_login_secret() -> None:
+    """A password the chart made with randAlphaNum changed on every offline render (Argo CD:
+    lookup finds nothing), and CloudNativePG reset the role under the running pods."""
+    without = copy.deepcopy(VALUES)
+    del without["postgresql"]["cloudnativepg"]["appLogin"]
+    with pytest.raises(helm.HelmRenderError, match=r"appLogin\.existingSecret is required"):
+        render(without)
+    assert manifests(render(VALUES)) == manifests(render(VALUES, is_upgrade=True))
 
 
 def test_database_egress_goes_to_the_cluster_pods(docs: list[Manifest]) -> None:

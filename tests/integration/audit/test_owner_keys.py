@@ -20,7 +20,13 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from service.__main__ import main
-from service.audit.checkpoints import CheckpointClaims, ensure_audit_key, run_checkpoints
+from service.audit.checkpoints import (
+    CheckpointClaims,
+    ensure_audit_key,
+    rotate_audit_key,
+    run_checkpoints,
+)
+from service.auth.keys import WrongKeyEncryptionKey
 from service.db.session import create_sessionmaker
 from service.settings import AuditSettings, Settings
 from tests.conftest import make_settings
@@ -173,9 +179,14 @@ async def test_a_checkpoint_that_cannot_be_signed_never_fails_the_call(
 
     async with api.runtime.sessionmaker.begin() as session:  # the app still cannot make one
         with pytest.raises(DBAPIError):
+            await rotate_audit_key(session, api.runtime.kek)
+    # the owner is not handed a key beside one it cannot open (another key-encryption key's):
+    # retiring it is a deliberate `memgate keys rotate-audit`
+    async with create_sessionmaker(owner_engine).begin() as session:
+        with pytest.raises(WrongKeyEncryptionKey, match="1 unretired audit signing key"):
             await ensure_audit_key(session, api.runtime.kek)
     async with create_sessionmaker(owner_engine).begin() as session:
-        await ensure_audit_key(session, api.runtime.kek)
+        await rotate_audit_key(session, api.runtime.kek)
     assert await run_checkpoints(api.runtime.sessionmaker, api.runtime.kek) >= 1
     latest = (await auditor_get(api, "/v1/audit/checkpoints/latest")).json()
     assert latest["kid"] not in {"unopenable"}

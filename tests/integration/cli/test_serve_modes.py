@@ -164,10 +164,16 @@ def test_self_signed_https_with_workers(root: Path) -> None:
 
 
 def test_migrate_then_serve_no_migrate_as_the_app_login(database_url: str, root: Path) -> None:
-    """The migration Job (owner's URL) makes keys and the bootstrap admin; a pod with the app's
-    login alone and certificate files given serves them: ready, tokens issued and verified."""
+    """The migration Job (owner's URL) makes keys and the bootstrap admin with the id and secret
+    the operator supplied (the chart's Secret: the Job's data dir dies with it), writing and
+    printing no secret; a pod with the app's login alone and certificate files given serves
+    them: ready, tokens issued to those credentials and verified."""
     kek = base64.urlsafe_b64encode(os.urandom(32)).decode()
     app_url, data_dir, port = app_login(database_url), root / "data", _free_port()
+    client_id, secret = (
+        str(uuid.uuid4()),
+        "supplied-" + base64.urlsafe_b64encode(os.urandom(30)).decode(),
+    )
     migrated = subprocess.run(  # noqa: S603 (our own CLI)
         [*MEMGATE, "migrate"],
         check=False,
@@ -177,6 +183,8 @@ def test_migrate_then_serve_no_migrate_as_the_app_login(database_url: str, root:
             DATABASE_URL=app_url,
             MEMGATE_MIGRATION_DATABASE_URL=database_url,
             MEMGATE_KEY_ENCRYPTION_KEY=kek,
+            MEMGATE_BOOTSTRAP_ADMIN_CLIENT_ID=client_id,
+            MEMGATE_BOOTSTRAP_ADMIN_SECRET=secret,
         ),
         capture_output=True,
         text=True,
@@ -184,7 +192,9 @@ def test_migrate_then_serve_no_migrate_as_the_app_login(database_url: str, root:
     )
     assert migrated.returncode == 0, migrated.stderr
     assert "migrations at head" in migrated.stdout
-    assert "bootstrap admin client" in migrated.stdout
+    assert f"bootstrap admin client {client_id} " in migrated.stdout
+    assert secret not in migrated.stdout + migrated.stderr
+    assert not (data_dir / "admin-client.secret").exists()
 
     given = self_signed(root / "given", ["localhost", "127.0.0.1", "::1"])
     env = _env(
@@ -200,12 +210,11 @@ def test_migrate_then_serve_no_migrate_as_the_app_login(database_url: str, root:
     try:
         server.start()  # /readyz answered 200: the login is the app's, the schema at head
         assert _sha256(server.served_certificate()) == given.fingerprint
-        client = json.loads((data_dir / "admin-client.json").read_text())
-        secret = (data_dir / "admin-client.secret").read_text().strip()
+        assert json.loads((data_dir / "admin-client.json").read_text())["client_id"] == client_id
         issued = httpx.post(
             f"{server.url}/oauth/token",
             data={"grant_type": "client_credentials"},
-            auth=(client["client_id"], secret),
+            auth=(client_id, secret),
             verify=_trusting(given.cert_file),
             timeout=10,
         )
@@ -224,6 +233,7 @@ def test_migrate_then_serve_no_migrate_as_the_app_login(database_url: str, root:
     output = server.output.read_text()
     assert "Traceback" not in output, output
     assert "ERROR" not in output, output
+    assert secret not in output
 
 
 def test_serve_no_migrate_refuses_an_unmigrated_database(pg_server: str, root: Path) -> None:

@@ -6,9 +6,11 @@ default, and h11)."""
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import AsyncIterator
 from contextlib import suppress
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 from litestar.testing import AsyncTestClient
@@ -19,6 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from service.app import create_app
 from service.http.server import PROTOCOLS, listener_config
+from service.http.tls import self_signed
 from service.observability.metrics import create_metrics_app
 from service.runtime import Runtime
 from service.settings import Settings
@@ -42,13 +45,21 @@ class Listener:
     parser: str
 
 
+HSTS = b"strict-transport-security: max-age=31536000; includeSubDomains\r\n"
+
+
 @pytest.fixture(params=sorted(PROTOCOLS))
 async def server(
     runtime: Runtime, settings: Settings, request: pytest.FixtureRequest
 ) -> AsyncIterator[Listener]:
+    async for listener in _listening(runtime, request.param):
+        yield listener
+
+
+async def _listening(runtime: Runtime, parser: str, **tls: str) -> AsyncIterator[Listener]:
     import uvicorn
 
-    config = listener_config(create_app(runtime), "127.0.0.1", 0, parser=request.param)
+    config = listener_config(create_app(runtime), "127.0.0.1", 0, parser=parser, **tls)
     served = uvicorn.Server(config)
     task = asyncio.create_task(served.serve())
     for _ in range(200):  # bounded: 10 s
@@ -58,14 +69,16 @@ async def server(
     assert served.started, "uvicorn did not start"
     port = int(served.servers[0].sockets[0].getsockname()[1])
     try:
-        yield Listener(port, request.param)
+        yield Listener(port, parser)
     finally:
         served.should_exit = True
         await asyncio.wait_for(task, 10)
 
 
-async def _raw(port: int, request: bytes) -> bytes:
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+async def _raw(port: int, request: bytes, tls: ssl.SSLContext | None = None) -> bytes:
+    reader, writer = await asyncio.open_connection(
+        "127.0.0.1", port, ssl=tls, server_hostname="127.0.0.1" if tls else None
+    )
     try:
         writer.write(request)
         await writer.drain()
@@ -153,3 +166,34 @@ async def test_a_head_that_never_ends_is_refused_and_counted(
         writer.close()
     assert answer.startswith(b"HTTP/1.1 400"), answer
     assert _rejected(await _metrics()) == before + 1
+
+
+@pytest.mark.parametrize("parser", sorted(PROTOCOLS))
+async def test_a_parser_rejection_over_tls_carries_the_headers_of_every_answer(
+    runtime: Runtime, tmp_path: Path, parser: str, span_exporter: InMemorySpanExporter
+) -> None:
+    """uvicorn's own 400 (a bad header line, a Content-Length that is no number) never reaches
+    the app, and went out over HTTPS without HSTS, nosniff or no-store."""
+    made = self_signed(tmp_path, ["127.0.0.1"])
+    trust = ssl.create_default_context(cafile=str(made.cert_file))
+    files = {"tls_cert_file": str(made.cert_file), "tls_key_file": str(made.key_file)}
+    bad = [
+        MALFORMED[0],
+        b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: x\r\n\r\n",
+    ]
+    async for listener in _listening(runtime, parser, **files):
+        for request in bad:
+            answer = await _raw(listener.port, request, trust)
+            head = answer.split(b"\r\n\r\n", 1)[0] + b"\r\n"
+            assert head.startswith(b"HTTP/1.1 400 Bad Request\r\n"), answer
+            assert HSTS in head
+            assert b"x-content-type-options: nosniff\r\n" in head
+            assert b"cache-control: no-store\r\n" in head
+            assert CANARY.encode() not in answer
+        ok = await _raw(listener.port, b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", trust)
+        assert ok.startswith(b"HTTP/1.1 200"), ok
+    async for listener in _listening(runtime, parser):  # plain HTTP: no HSTS (RFC 6797)
+        answer = await _raw(listener.port, MALFORMED[0])
+        assert answer.startswith(b"HTTP/1.1 400"), answer
+        assert HSTS not in answer
+        assert b"x-content-type-options: nosniff\r\n" in answer

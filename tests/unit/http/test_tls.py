@@ -60,6 +60,60 @@ def test_the_self_signed_certificate_is_reused_until_a_host_is_missing(tmp_path:
     assert "api.example" in _names(moved.cert_file)
 
 
+HOSTS = ["localhost", "127.0.0.1", "::1"]
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.lstat().st_mode)
+
+
+def test_a_leftover_partial_file_does_not_make_the_new_key_readable(tmp_path: Path) -> None:
+    """`<file>.new` was opened without O_EXCL: a leftover one kept its 0644."""
+    tls = tmp_path / "tls"
+    tls.mkdir(mode=0o755)
+    leftover = tls / "self-signed.key.new"
+    leftover.write_bytes(b"")
+    leftover.chmod(0o644)
+    made = self_signed(tmp_path, HOSTS)
+    assert _mode(made.key_file) == _mode(made.cert_file) == 0o600
+    assert _mode(tls) == 0o700
+    assert not leftover.exists()
+
+
+def test_a_partial_file_that_is_a_symlink_is_not_followed(tmp_path: Path) -> None:
+    tls = tmp_path / "tls"
+    tls.mkdir(mode=0o700)
+    elsewhere = tmp_path / "elsewhere.pem"
+    elsewhere.write_bytes(b"")
+    (tls / "self-signed.key.new").symlink_to(elsewhere)
+    made = self_signed(tmp_path, HOSTS)
+    assert elsewhere.read_bytes() == b"", "the private key went through a symlink"
+    assert not made.key_file.is_symlink()
+    assert _mode(made.key_file) == 0o600
+
+
+def test_a_key_found_readable_by_others_is_made_again(tmp_path: Path) -> None:
+    first = self_signed(tmp_path, HOSTS)
+    first.key_file.chmod(0o644)  # restored from a backup, copied under umask 022
+    again = self_signed(tmp_path, HOSTS)
+    assert _mode(again.key_file) == 0o600
+    assert again.fingerprint != first.fingerprint  # it may have been read: a new key
+
+
+def test_a_torn_pair_is_made_again_and_a_made_pair_is_checked(tmp_path: Path) -> None:
+    """serve killed between `_make`'s two renames left a new key beside the old certificate;
+    it was reused, and every later serve died on ssl's KEY_VALUES_MISMATCH traceback."""
+    made = self_signed(tmp_path / "data", HOSTS)
+    other = self_signed(tmp_path / "other", HOSTS)
+    made.key_file.write_bytes(other.key_file.read_bytes())
+    again = self_signed(tmp_path / "data", HOSTS)
+    assert again.fingerprint not in {made.fingerprint, other.fingerprint}
+    check_certificate_files(
+        ServerSettings(tls_cert_file=str(again.cert_file), tls_key_file=str(again.key_file))
+    )
+    assert self_signed(tmp_path / "data", HOSTS).fingerprint == again.fingerprint  # reused
+
+
 @pytest.mark.parametrize("host", ["127.0.0.1", "127.0.0.2", "::1", "[::1]", "localhost"])
 def test_plain_http_on_loopback_is_fine(host: str) -> None:
     assert is_loopback(host)
@@ -88,6 +142,23 @@ def test_public_url_defaults_to_https_with_tls(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setenv("MEMGATE_TLS_CERT_FILE", "/certs/tls.crt")
     monkeypatch.setenv("MEMGATE_TLS_KEY_FILE", "/certs/tls.key")
     assert ServerSettings.from_env().public_url == "https://127.0.0.1:8443"
+
+
+@pytest.mark.parametrize("host", [EVERY_ADDRESS, "::"])
+def test_on_every_address_the_default_public_url_is_one_the_certificate_names(
+    host: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MEMGATE_HOST=0.0.0.0 (the image's default) made public_url https://0.0.0.0:8080, which
+    the banner printed and `memgate token` used, while the certificate named loopback only."""
+    for name in ("MEMGATE_PUBLIC_URL", "MEMGATE_TLS_CERT_FILE", "MEMGATE_TLS_KEY_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("MEMGATE_HOST", host)
+    monkeypatch.setenv("MEMGATE_PORT", "8443")
+    monkeypatch.setenv("MEMGATE_TLS", "self-signed")
+    server = ServerSettings.from_env()
+    assert server.public_url == "https://localhost:8443"
+    made = self_signed(tmp_path, certificate_hosts(server))
+    assert "localhost" in _names(made.cert_file)
 
 
 def test_tls_settings_that_do_not_fit_are_refused() -> None:

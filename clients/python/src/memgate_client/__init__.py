@@ -35,7 +35,9 @@ from memgate_client.errors import (
     ServiceUnavailable,
     TokenRefused,
     Unauthorized,
+    UnexpectedAnswer,
     Unprocessable,
+    UnsafePathId,
     problem_class,
 )
 from memgate_client.retry import NO_RETRIES, RetryPolicy
@@ -69,6 +71,8 @@ __all__ = [
     "TokenExchange",
     "TokenRefused",
     "Unauthorized",
+    "UnexpectedAnswer",
     "Unprocessable",
+    "UnsafePathId",
     "problem_class",
 ]

@@ -14,10 +14,15 @@ import httpx
 from memgate_client import _endpoints as E
 from memgate_client._common import (
     USER_AGENT,
+    Cursors,
     audit_export_of,
+    decoded,
     new_idempotency_key,
+    next_seq_after,
     query,
     receipt_of,
+    redirect_refused,
+    token_answer,
     token_was_rejected,
     url_of,
 )
@@ -224,6 +229,7 @@ class AsyncMemgate:
                     data=form,
                     headers=headers,
                     auth=basic if basic is not None else httpx.USE_CLIENT_DEFAULT,
+                    follow_redirects=False,
                 )
             except httpx.TransportError as exc:
                 sent += 1
@@ -236,6 +242,8 @@ class AsyncMemgate:
                 await asyncio.sleep(wait)
                 continue
             sent += 1
+            if 300 <= response.status_code < 400:
+                raise redirect_refused(response)
             if self._receipts and (receipt := receipt_of(response)) is not None:
                 self.last_receipt = receipt
             if response.is_success:
@@ -267,13 +275,12 @@ class AsyncMemgate:
         response = await self._send(
             endpoint, ids, json=json, params=params, idempotency_key=idempotency_key
         )
-        return response.json() if response.content else None
+        return decoded(response)
 
     async def _token_request(
         self, form: Mapping[str, str], basic: tuple[str, str]
     ) -> TokenResponse:
-        response = await self._send(E.ISSUE_TOKEN, form=form, basic=basic)
-        return cast(TokenResponse, response.json())
+        return token_answer(await self._send(E.ISSUE_TOKEN, form=form, basic=basic))
 
     # --- tokens -----------------------------------------------------------------------------
 
@@ -343,6 +350,7 @@ class AsyncMemgate:
     ) -> AsyncIterator[Memory]:
         """Every memory `list_memories` would page through, page after page."""
         cursor: str | None = None
+        cursors = Cursors()
         while True:
             page = await self.list_memories(
                 subject=subject,
@@ -356,7 +364,7 @@ class AsyncMemgate:
             )
             for memory in page["items"]:
                 yield memory
-            cursor = page["next_cursor"]
+            cursor = cursors.next(page["next_cursor"])
             if cursor is None:
                 return
 
@@ -409,13 +417,14 @@ class AsyncMemgate:
     ) -> AsyncIterator[Memory]:
         """The supersession chain, every page of it (it stops at the first invisible hop)."""
         cursor: str | None = None
+        cursors = Cursors()
         while True:
             page = await self.get_memory_history(
                 memory_id, as_of=as_of, known_at=known_at, cursor=cursor, limit=limit
             )
             for memory in page["items"]:
                 yield memory
-            cursor = page["next_cursor"]
+            cursor = cursors.next(page["next_cursor"])
             if cursor is None:
                 return
 
@@ -541,6 +550,7 @@ class AsyncMemgate:
         limit: int | None = None,
     ) -> AsyncIterator[AuditEvent]:
         cursor: str | None = None
+        cursors = Cursors()
         while True:
             page = await self.list_audit_events(
                 since=since,
@@ -554,7 +564,7 @@ class AsyncMemgate:
             )
             for event in page["items"]:
                 yield event
-            cursor = page["next_cursor"]
+            cursor = cursors.next(page["next_cursor"])
             if cursor is None:
                 return
 
@@ -574,7 +584,7 @@ class AsyncMemgate:
             page = await self.export_audit_events(from_seq=next_seq, limit=limit)
             for event in page["events"]:
                 yield event
-            next_seq = page["next_seq"]
+            next_seq = next_seq_after(next_seq, page["next_seq"])
 
     async def verify_audit_chain(
         self,
@@ -617,11 +627,12 @@ class AsyncMemgate:
 
     async def iter_job_runs(self, *, status: str | None = None) -> AsyncIterator[JobRun]:
         cursor: str | None = None
+        cursors = Cursors()
         while True:
             page = await self.list_job_runs(status=status, cursor=cursor)
             for run in page["items"]:
                 yield run
-            cursor = page["next_cursor"]
+            cursor = cursors.next(page["next_cursor"])
             if cursor is None:
                 return
 
@@ -639,11 +650,12 @@ class AsyncMemgate:
 
     async def iter_tenants(self, *, limit: int | None = None) -> AsyncIterator[Tenant]:
         cursor: str | None = None
+        cursors = Cursors()
         while True:
             page = await self.list_tenants(cursor=cursor, limit=limit)
             for tenant in page["items"]:
                 yield tenant
-            cursor = page["next_cursor"]
+            cursor = cursors.next(page["next_cursor"])
             if cursor is None:
                 return
 

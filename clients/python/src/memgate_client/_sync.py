@@ -14,10 +14,15 @@ import httpx
 from memgate_client import _endpoints as E
 from memgate_client._common import (
     USER_AGENT,
+    Cursors,
     audit_export_of,
+    decoded,
     new_idempotency_key,
+    next_seq_after,
     query,
     receipt_of,
+    redirect_refused,
+    token_answer,
     token_was_rejected,
     url_of,
 )
@@ -224,6 +229,7 @@ class Memgate:
                     data=form,
                     headers=headers,
                     auth=basic if basic is not None else httpx.USE_CLIENT_DEFAULT,
+                    follow_redirects=False,
                 )
             except httpx.TransportError as exc:
                 sent += 1
@@ -236,6 +242,8 @@ class Memgate:
                 time.sleep(wait)
                 continue
             sent += 1
+            if 300 <= response.status_code < 400:
+                raise redirect_refused(response)
             if self._receipts and (receipt := receipt_of(response)) is not None:
                 self.last_receipt = receipt
             if response.is_success:
@@ -267,11 +275,10 @@ class Memgate:
         response = self._send(
             endpoint, ids, json=json, params=params, idempotency_key=idempotency_key
         )
-        return response.json() if response.content else None
+        return decoded(response)
 
     def _token_request(self, form: Mapping[str, str], basic: tuple[str, str]) -> TokenResponse:
-        response = self._send(E.ISSUE_TOKEN, form=form, basic=basic)
-        return cast(TokenResponse, response.json())
+        return token_answer(self._send(E.ISSUE_TOKEN, form=form, basic=basic))
 
     # --- tokens -----------------------------------------------------------------------------
 
@@ -341,6 +348,7 @@ class Memgate:
     ) -> Iterator[Memory]:
         """Every memory `list_memories` would page through, page after page."""
         cursor: str | None = None
+        cursors = Cursors()
         while True:
             page = self.list_memories(
                 subject=subject,
@@ -354,7 +362,7 @@ class Memgate:
             )
             for memory in page["items"]:
                 yield memory
-            cursor = page["next_cursor"]
+            cursor = cursors.next(page["next_cursor"])
             if cursor is None:
                 return
 
@@ -407,13 +415,14 @@ class Memgate:
     ) -> Iterator[Memory]:
         """The supersession chain, every page of it (it stops at the first invisible hop)."""
         cursor: str | None = None
+        cursors = Cursors()
         while True:
             page = self.get_memory_history(
                 memory_id, as_of=as_of, known_at=known_at, cursor=cursor, limit=limit
             )
             for memory in page["items"]:
                 yield memory
-            cursor = page["next_cursor"]
+            cursor = cursors.next(page["next_cursor"])
             if cursor is None:
                 return
 
@@ -537,6 +546,7 @@ class Memgate:
         limit: int | None = None,
     ) -> Iterator[AuditEvent]:
         cursor: str | None = None
+        cursors = Cursors()
         while True:
             page = self.list_audit_events(
                 since=since,
@@ -550,7 +560,7 @@ class Memgate:
             )
             for event in page["items"]:
                 yield event
-            cursor = page["next_cursor"]
+            cursor = cursors.next(page["next_cursor"])
             if cursor is None:
                 return
 
@@ -570,7 +580,7 @@ class Memgate:
             page = self.export_audit_events(from_seq=next_seq, limit=limit)
             for event in page["events"]:
                 yield event
-            next_seq = page["next_seq"]
+            next_seq = next_seq_after(next_seq, page["next_seq"])
 
     def verify_audit_chain(
         self,
@@ -611,11 +621,12 @@ class Memgate:
 
     def iter_job_runs(self, *, status: str | None = None) -> Iterator[JobRun]:
         cursor: str | None = None
+        cursors = Cursors()
         while True:
             page = self.list_job_runs(status=status, cursor=cursor)
             for run in page["items"]:
                 yield run
-            cursor = page["next_cursor"]
+            cursor = cursors.next(page["next_cursor"])
             if cursor is None:
                 return
 
@@ -631,11 +642,12 @@ class Memgate:
 
     def iter_tenants(self, *, limit: int | None = None) -> Iterator[Tenant]:
         cursor: str | None = None
+        cursors = Cursors()
         while True:
             page = self.list_tenants(cursor=cursor, limit=limit)
             for tenant in page["items"]:
                 yield tenant
-            cursor = page["next_cursor"]
+            cursor = cursors.next(page["next_cursor"])
             if cursor is None:
                 return
 

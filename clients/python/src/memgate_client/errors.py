@@ -29,6 +29,19 @@ class MemgateConnectionError(MemgateError):
     retried, or every retry failed too. `__cause__` is httpx's error."""
 
 
+class UnexpectedAnswer(MemgateError):
+    """The server answered what memgate never does: a redirect (never followed: it would carry
+    a request body, a client secret or the user's token elsewhere), a success that is not the
+    JSON asked for, a token answer without its fields, a page cursor given twice. A hostile or
+    broken server, a proxy's page, or a wrong `base_url`."""
+
+
+class UnsafePathId(MemgateError, ValueError):
+    """An id that would change the path it is put in (empty, `.` or `..`: HTTP clients remove
+    dot segments, so `get_memory("..")` asked for another resource). Ids can come from model
+    output; they are refused before anything is sent."""
+
+
 class MemgateProblem(MemgateError):
     """An error answer. `status`, `type`, `title`, `detail`: RFC 9457's members; `extensions`:
     the others; `headers`: the answer's headers (`Retry-After`, `WWW-Authenticate` ...)."""
