@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -39,7 +40,9 @@ from sqlalchemy import (
     union_all,
     values,
 )
-from sqlalchemy.dialects.postgresql import ARRAY, REGCONFIG, TSQUERY, UUID
+from sqlalchemy import inspect as sa_inspect
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, REGCONFIG, TSQUERY, UUID
+from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -323,6 +326,19 @@ def _advisory(name: str | ColumnElement[str]) -> ColumnElement[Any]:
     return func.pg_advisory_xact_lock(func.hashtextextended(name, 0))
 
 
+def _unnest(name: str, **columns: tuple[Any, Sequence[Any]]) -> Select[Any]:
+    """`SELECT * FROM unnest(:a, :b, ...) AS name(a, b, ...)`: rows given as one array
+    parameter per column (of the column's type), so the statement's text, and its compiled
+    form, are the same whatever the number of rows (a VALUES list is compiled anew per
+    length and binds a parameter per value)."""
+    arrays = [
+        bindparam(f"{name}_{column}", list(data), ARRAY(type_))
+        for column, (type_, data) in columns.items()
+    ]
+    rows = func.unnest(*arrays).table_valued(*columns).render_derived(name=name)
+    return select(*(rows.c[column] for column in columns))
+
+
 def _pg_array(items: Sequence[object]) -> str:
     """PostgreSQL's text form of an array (`{"a","b"}`): a VALUES list carries arrays as text,
     cast once (an empty list bound as a parameter has no element type to infer)."""
@@ -372,30 +388,16 @@ async def live_keys_of_subjects(
     by that key, so offering them would leave the stale value live."""
     if not asked:
         return []
-    given = values(
-        column("question", Integer),
-        column("space_id", UUID),
-        column("subject", Text),
-        column("kind", Text),
-        column("read_requires", Text),
-        column("keys", Text),
-        column("rows", Integer),
-        name="asked",
-    ).data(
-        [
-            (
-                index,
-                one.ref.space_id,
-                one.ref.subject,
-                one.ref.kind,
-                _pg_array(one.ref.read_requires),
-                _pg_array(one.keys),
-                limit + 1 + len(one.keys),
-            )
-            for index, one in enumerate(asked)
-        ]
-    )
-    questions = select(given).subquery("questions")
+    questions = _unnest(
+        "asked",
+        question=(Integer, list(range(len(asked)))),
+        space_id=(UUID, [one.ref.space_id for one in asked]),
+        subject=(Text, [one.ref.subject for one in asked]),
+        kind=(Text, [one.ref.kind for one in asked]),
+        read_requires=(Text, [_pg_array(one.ref.read_requires) for one in asked]),
+        keys=(Text, [_pg_array(one.keys) for one in asked]),
+        rows=(Integer, [limit + 1 + len(one.keys) for one in asked]),
+    ).subquery("questions")
     written_key = Memory.key == any_(cast(questions.c["keys"], ARRAY(Text)))
     live = (
         scope.select(Memory.key, Memory.id, func.left(Memory.value, 400).label("start"))
@@ -475,32 +477,22 @@ async def supersede_many(
     answer is in the order of `writes`."""
     if not writes:
         return []
-    given = select(
-        values(
-            column("new_id", UUID),
-            column("space_id", UUID),
-            column("subject", Text),
-            column("kind", Text),
-            column("key", Text),
-            column("read_requires", Text),
-            column("valid_from", DateTime(timezone=True)),
-            name="given_rows",
-        ).data(
-            [
-                (
-                    one.new_id,
-                    one.ref.space_id,
-                    one.ref.subject,
-                    one.ref.kind,
-                    one.ref.key,
-                    _pg_array(one.ref.read_requires),
-                    one.valid_from,
-                )
-                for one in writes
-            ]
-        )
+    given = _unnest(
+        "given",
+        new_id=(UUID, [one.new_id for one in writes]),
+        space_id=(UUID, [one.ref.space_id for one in writes]),
+        subject=(Text, [one.ref.subject for one in writes]),
+        kind=(Text, [one.ref.kind for one in writes]),
+        key=(Text, [one.ref.key for one in writes]),
+        read_requires=(Text, [_pg_array(one.ref.read_requires) for one in writes]),
+        valid_from=(DateTime(timezone=True), [one.valid_from for one in writes]),
     ).cte("given")
+    # The keys once more as one array: a condition the planner can take into the live-key
+    # index (uq_memories_live_key) for the close, instead of joining every live row of the
+    # space to `given`.
+    keys = bindparam("given_keys", sorted({one.ref.key for one in writes}), ARRAY(Text))
     same_key = and_(
+        Memory.key == any_(keys),
         Memory.space_id == given.c.space_id,
         Memory.subject == given.c.subject,
         Memory.kind == given.c.kind,
@@ -567,19 +559,63 @@ async def supersede_many(
     return [made[one.new_id] for one in writes]
 
 
-async def insert(session: AsyncSession, row: Memory) -> Memory:
+async def insert(session: AsyncSession, scope: Visible, row: Memory) -> Memory:
     """`insert_many` of one row."""
-    await insert_many(session, [row])
+    await insert_many(session, scope, [row])
     return row
 
 
-async def insert_many(session: AsyncSession, rows: Sequence[Memory]) -> None:
-    """One multi-row INSERT (the ORM batches a flush of many rows of one table into one
-    statement, `insertmanyvalues`). The service sets every column the answer shows, so no
-    read-back is needed (only the computed `lexical`, which is deferred, comes from the
-    server). Row-level security's `WITH CHECK` and the storage trigger see every row."""
-    session.add_all(rows)
-    await session.flush()
+async def insert_many(session: AsyncSession, scope: Visible, rows: Sequence[Memory]) -> None:
+    """Insert `rows` into `scope`'s tenant in one statement of one parameter per column,
+    whatever their number: `INSERT ... SELECT` from `unnest` of one text array per column,
+    each cast to its column's type. (A multi-row VALUES of 500 rows binds ~15,000
+    parameters, and the driver's rewriting of that query text cost more than the database's
+    insert; COPY FROM is refused on a table with row-level security.) Row-level security's
+    `WITH CHECK` and the storage trigger see every row, as for any INSERT. The service sets
+    every column the answer shows, so nothing is read back (`lexical` is computed)."""
+    if not rows:
+        return
+    mapper = sa_inspect(Memory)
+    columns = [
+        (attribute.key, attribute.columns[0])
+        for attribute in mapper.column_attrs
+        if attribute.columns[0].computed is None and attribute.key != "tenant_id"
+    ]
+    arrays = [
+        bindparam(
+            f"rows_{column.name}",
+            [_as_text(getattr(row, key), column.type) for row in rows],
+            ARRAY(Text),
+        )
+        for key, column in columns
+    ]
+    given = (
+        func.unnest(*arrays)
+        .table_valued(*(column.name for _, column in columns))
+        .render_derived(name="given")
+    )
+    statement = pg_insert(Memory).from_select(
+        ["tenant_id", *(column.name for _, column in columns)],
+        select(scope.tenant, *(cast(given.c[column.name], column.type) for _, column in columns)),
+    )
+    await session.execute(statement)
+
+
+def _as_text(value: Any, type_: Any) -> str | None:
+    """A column value in PostgreSQL's text input form (`insert_many` casts it back)."""
+    if isinstance(type_, JSONB):
+        return json.dumps(value)  # None too: the ORM stores JSON null for it
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(type_, Vector):
+        return _vector_text(value)
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, bytes):
+        return "\\x" + value.hex()
+    if isinstance(value, list):
+        return _pg_array(value)
+    return str(value)  # uuid, int
 
 
 async def readable_sources(

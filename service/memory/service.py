@@ -416,7 +416,7 @@ class MemoryService:
                 row.valid_until = max(row.valid_from, later.data.valid_from or now)
             rows.append(row)
             self._facts.add_targets([row.id, *superseded])
-        await repository.insert_many(self._session, rows)
+        await repository.insert_many(self._session, scope, rows)
         return answers
 
     async def write_batch(
