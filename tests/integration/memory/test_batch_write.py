@@ -345,3 +345,21 @@ def _racer(api: Api, agent: Agent) -> tuple[MemoryService, Principal, AsyncSessi
     session = Call(api.runtime, "memory.write_batch", "POST", BATCH, caller=caller).db
     limits = api.runtime.settings.memory
     return MemoryService(session, api.runtime.embedder, limits, facts=Facts()), caller, session
+
+
+async def test_text_that_arrays_would_quote_round_trips(api: Api) -> None:
+    # The insert carries each column as one array: quotes, braces, commas, backslashes,
+    # NULL-looking words and non-ASCII text must come back exactly as sent.
+    alice = await api.new_agent("alice")
+    value = "a \"quoted\" {brace}, a back\\slash, NULL, 'single' and ünïcode ✓"
+    sent = item("tricky", value, subject='svc:"{x,y}\\', metadata={"k": 'v "{}"', "n": None})
+    response = await batch(api, alice, [sent, item("plain")])
+    assert response.status_code == 201, response.text
+    memory_id = response.json()["items"][0]["memory"]["id"]
+    stored = await api.http.get(f"/v1/memories/{memory_id}", headers=alice.headers)
+    got = stored.json()
+    assert (got["value"], got["subject"], got["metadata"]) == (
+        value,
+        sent["subject"],
+        sent["metadata"],
+    )
