@@ -401,7 +401,7 @@ class Consolidation:
             valid_from=now,
         )
         row = self._row(plan, new_id, now, made.previous)
-        await memories.insert(self._session, row)
+        await memories.insert(self._session, visible(self._principal, Action.WRITE), row)
         self._counts["summaries_written"] += 1
         self._batch.call.facts.add_targets([new_id, *made.superseded])
 

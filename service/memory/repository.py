@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -16,6 +17,7 @@ from sqlalchemy import (
     BigInteger,
     ColumnElement,
     Date,
+    DateTime,
     Float,
     FromClause,
     Integer,
@@ -25,6 +27,7 @@ from sqlalchemy import (
     Select,
     Text,
     and_,
+    any_,
     bindparam,
     case,
     cast,
@@ -37,7 +40,9 @@ from sqlalchemy import (
     union_all,
     values,
 )
-from sqlalchemy.dialects.postgresql import ARRAY, REGCONFIG, TSQUERY, UUID
+from sqlalchemy import inspect as sa_inspect
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, REGCONFIG, TSQUERY, UUID
+from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -273,29 +278,72 @@ class Version:
 
 
 async def lock_key(session: AsyncSession, ref: KeyRef, *, subject_too: bool = False) -> datetime:
-    """Serialize writers and deleters of one key until commit, so versions form one linear chain
-    instead of colliding on the live-key unique index; then return the wall clock *after* the
-    lock. Stamping with that (not the transaction start) keeps a later version's times after
-    its predecessor's even when the two transactions began in the other order. One statement:
-    its select list is evaluated left to right, so the clock is read once the lock is held.
+    """`lock_keys` of one key (with its subject's lock first when `subject_too`)."""
+    return await lock_keys(session, [ref], gated=[ref] if subject_too else [])
 
-    `subject_too` (the write gate) first takes the lock of the key's whole (space, subject,
-    kind): two writers of *different* new keys for one subject would otherwise hold different
-    key locks, both find no other key and both pass the gate. Under it the second one's gate
-    statement (a new snapshot) sees the first one's committed key. Every writer takes the
-    subject lock before the key lock, and deleters only the key lock, so no cycle can form."""
-    locks = [_advisory(f"{ref.tenant_id}|{ref.space_id}|{ref.subject}|{ref.kind}|{ref.key}")]
-    if subject_too:
-        # "|*" cannot end a key (KEY_PATTERN), so this name never equals a key lock's.
-        locks.insert(0, _advisory(f"{ref.tenant_id}|{ref.space_id}|{ref.subject}|{ref.kind}|*"))
-    row = (await session.execute(select(*locks, func.clock_timestamp()))).one()
+
+async def lock_keys(
+    session: AsyncSession, refs: Sequence[KeyRef], *, gated: Sequence[KeyRef] = ()
+) -> datetime:
+    """Serialize writers and deleters of each key until commit, so versions form one linear
+    chain instead of colliding on the live-key unique index; then return the wall clock *after*
+    the locks. Stamping with that (not the transaction start) keeps a later version's times
+    after its predecessor's even when the two transactions began in the other order. One
+    statement: its select list is evaluated left to right, so the clock is read once every
+    lock is held.
+
+    `gated` (the write gate) first takes the lock of each key's whole (space, subject, kind):
+    two writers of *different* new keys for one subject would otherwise hold different key
+    locks, both find no other key and both pass the gate. Under it the second one's gate
+    statement (a new snapshot) sees the first one's committed key.
+
+    No cycle can form: every writer takes its subject locks before its key locks, each group
+    in the sorted order of the lock names (a batch of many keys too: two batches naming the
+    same keys in opposite orders take them in the same order, so one waits for the other),
+    and deleters take one key lock only."""
+    subjects = sorted({_subject_lock(ref) for ref in gated})
+    keys = sorted({_key_lock(ref) for ref in refs})
+    name = func.unnest(bindparam("lock_names", [*subjects, *keys], type_=ARRAY(Text)))
+    named = name.column_valued("name")
+    # unnest yields the names in array order, and the aggregate takes each lock as it goes.
+    locks = select(func.count(_advisory(named))).scalar_subquery()
+    row = (await session.execute(select(locks, func.clock_timestamp()))).one()
     now = row[-1]
     assert isinstance(now, datetime)
     return now
 
 
-def _advisory(name: str) -> ColumnElement[Any]:
+def _key_lock(ref: KeyRef) -> str:
+    return f"{ref.tenant_id}|{ref.space_id}|{ref.subject}|{ref.kind}|{ref.key}"
+
+
+def _subject_lock(ref: KeyRef) -> str:
+    # "|*" cannot end a key (KEY_PATTERN), so this name never equals a key lock's.
+    return f"{ref.tenant_id}|{ref.space_id}|{ref.subject}|{ref.kind}|*"
+
+
+def _advisory(name: str | ColumnElement[str]) -> ColumnElement[Any]:
     return func.pg_advisory_xact_lock(func.hashtextextended(name, 0))
+
+
+def _unnest(name: str, **columns: tuple[Any, Sequence[Any]]) -> Select[Any]:
+    """`SELECT * FROM unnest(:a, :b, ...) AS name(a, b, ...)`: rows given as one array
+    parameter per column (of the column's type), so the statement's text, and its compiled
+    form, are the same whatever the number of rows (a VALUES list is compiled anew per
+    length and binds a parameter per value)."""
+    arrays = [
+        bindparam(f"{name}_{column}", list(data), ARRAY(type_))
+        for column, (type_, data) in columns.items()
+    ]
+    rows = func.unnest(*arrays).table_valued(*columns).render_derived(name=name)
+    return select(*(rows.c[column] for column in columns))
+
+
+def _pg_array(items: Sequence[object]) -> str:
+    """PostgreSQL's text form of an array (`{"a","b"}`): a VALUES list carries arrays as text,
+    cast once (an empty list bound as a parameter has no element type to infer)."""
+    quoted = ('"' + str(item).replace("\\", "\\\\").replace('"', '\\"') + '"' for item in items)
+    return "{" + ",".join(quoted) + "}"
 
 
 @dataclass(frozen=True)
@@ -319,26 +367,62 @@ class SubjectKeys:
     """More such keys exist than `others` holds."""
 
 
-async def live_keys_of_subject(
-    session: AsyncSession, scope: Visible, ref: KeyRef, *, limit: int
-) -> SubjectKeys:
+@dataclass(frozen=True)
+class GateQuestion:
+    """One (space, subject, kind, audience) the write gate asks about (`ref.key` is not used),
+    and the keys written to it."""
+
+    ref: KeyRef
+    keys: tuple[str, ...]
+
+
+async def live_keys_of_subjects(
+    session: AsyncSession, scope: Visible, asked: Sequence[GateQuestion], *, limit: int
+) -> list[list[LiveKey]]:
     """What the write gate decides on, in one statement under the writer's read predicate (the
-    caller holds the subject lock): the live versions of (space, subject, kind, audience), the
-    written key first. Only rows the writer can read count, and only in the chain family the
-    write could supersede by reusing a key (same space and audience): rows elsewhere would not
-    be closed by that key, so offering them would leave the stale value live."""
-    same_key = Memory.key == ref.key
+    caller holds the subject locks): for each question, the live versions of its (space,
+    subject, kind, audience) with one of its keys, then the first `limit + 1` others by key
+    (enough to list `limit` of them besides any one written key, and to say there are more).
+    Only rows the writer can read count, and only in the chain family the write could
+    supersede by reusing a key (same space and audience): rows elsewhere would not be closed
+    by that key, so offering them would leave the stale value live."""
+    if not asked:
+        return []
+    questions = _unnest(
+        "asked",
+        question=(Integer, list(range(len(asked)))),
+        space_id=(UUID, [one.ref.space_id for one in asked]),
+        subject=(Text, [one.ref.subject for one in asked]),
+        kind=(Text, [one.ref.kind for one in asked]),
+        read_requires=(Text, [_pg_array(one.ref.read_requires) for one in asked]),
+        keys=(Text, [_pg_array(one.keys) for one in asked]),
+        rows=(Integer, [limit + 1 + len(one.keys) for one in asked]),
+    ).subquery("questions")
+    written_key = Memory.key == any_(cast(questions.c["keys"], ARRAY(Text)))
+    live = (
+        scope.select(Memory.key, Memory.id, func.left(Memory.value, 400).label("start"))
+        .where(
+            Memory.space_id == questions.c.space_id,
+            Memory.subject == questions.c.subject,
+            Memory.kind == questions.c.kind,
+            Memory.read_requires == cast(questions.c.read_requires, _UUIDS),
+        )
+        .order_by(written_key.desc(), Memory.key)
+        .limit(questions.c.rows)
+        .lateral("live")
+    )
     rows = (
         await session.execute(
-            scope.select(Memory.key, Memory.id, func.left(Memory.value, 400))
-            .where(*ref.subject_conditions())
-            .order_by(same_key.desc(), Memory.key)
-            .limit(limit + 2)
+            select(questions.c.question, live.c.key, live.c.id, live.c.start)
+            .select_from(questions)
+            .join(live, literal(True))
+            .order_by(questions.c.question)
         )
     ).all()
-    key_is_live = bool(rows) and rows[0][0] == ref.key
-    others = [LiveKey(key, memory_id, start) for key, memory_id, start in rows if key != ref.key]
-    return SubjectKeys(key_is_live, others[:limit], more=len(others) > limit)
+    found: list[list[LiveKey]] = [[] for _ in asked]
+    for question, key, memory_id, start in rows:
+        found[question].append(LiveKey(key, memory_id, start))
+    return found
 
 
 @dataclass(frozen=True)
@@ -350,6 +434,15 @@ class Supersession:
     """The live versions this write closed."""
 
 
+@dataclass(frozen=True)
+class NewVersion:
+    """A version about to be written: its key, its id, and when its valid time begins."""
+
+    ref: KeyRef
+    new_id: uuid.UUID
+    valid_from: datetime
+
+
 async def supersede(
     session: AsyncSession,
     scope: Visible,
@@ -359,68 +452,170 @@ async def supersede(
     at: datetime,
     valid_from: datetime,
 ) -> Supersession:
-    """Make room for a new version of the key, in one statement (the caller holds the key lock):
+    """`supersede_many` of one key."""
+    [made] = await supersede_many(session, scope, [NewVersion(ref, new_id, valid_from)], at=at)
+    return made
 
-    - read the newest version, closed or expired included: the new one continues it;
-    - close the live version(s) of this key in this space only: supersession is by key and
+
+async def supersede_many(
+    session: AsyncSession, scope: Visible, writes: Sequence[NewVersion], *, at: datetime
+) -> list[Supersession]:
+    """Make room for a new version of each key (distinct keys; the caller holds their locks),
+    in one statement whatever their number:
+
+    - read each key's newest version, closed or expired included: the new one continues it;
+    - close the live version(s) of each key in its space only: supersession is by key and
       scope, never by similarity, and never reaches into another space. Expired versions are
       closed too, so the key has exactly one unclosed row. Valid time ends where the new
       version's begins (never before the old one's own start);
-    - if the newest version was already closed (the head of the key was deleted), point it at
+    - if a newest version was already closed (the head of the key was deleted), point it at
       the new one so the chain stays walkable (its times stay as they were).
 
-    All three parts read the same snapshot, taken before any of them writes, so the newest
+    All three parts read the same snapshot, taken before any of them writes, so each newest
     version is the one before this write, and the close and the relink touch disjoint rows
-    (the close takes unclosed rows, the relink a closed one): no row is written twice."""
+    (the close takes unclosed rows, the relink a closed one): no row is written twice. The
+    answer is in the order of `writes`."""
+    if not writes:
+        return []
+    given = _unnest(
+        "given",
+        new_id=(UUID, [one.new_id for one in writes]),
+        space_id=(UUID, [one.ref.space_id for one in writes]),
+        subject=(Text, [one.ref.subject for one in writes]),
+        kind=(Text, [one.ref.kind for one in writes]),
+        key=(Text, [one.ref.key for one in writes]),
+        read_requires=(Text, [_pg_array(one.ref.read_requires) for one in writes]),
+        valid_from=(DateTime(timezone=True), [one.valid_from for one in writes]),
+    ).cte("given")
+    # The keys once more as one array: a condition the planner can take into the live-key
+    # index (uq_memories_live_key) for the close, instead of joining every live row of the
+    # space to `given`.
+    keys = bindparam("given_keys", sorted({one.ref.key for one in writes}), ARRAY(Text))
+    same_key = and_(
+        Memory.key == any_(keys),
+        Memory.space_id == given.c.space_id,
+        Memory.subject == given.c.subject,
+        Memory.kind == given.c.kind,
+        Memory.key == given.c.key,
+        Memory.read_requires == cast(given.c.read_requires, _UUIDS),
+    )
     newest = (
         scope.select(
             Memory.id,
             Memory.version,
             Memory.superseded_at,
+            given.c.new_id.label("for_id"),
             liveness=_EVERY_UNREVOKED,
         )
-        .where(*ref.conditions())
-        .order_by(Memory.version.desc())
-        .limit(1)
+        .join_from(Memory, given, same_key)
+        .distinct(given.c.new_id)
+        .order_by(given.c.new_id, Memory.version.desc())
         .cte("newest")
     )
     closed = (
         scope.update(liveness=Liveness.live().with_expired())
-        .where(*ref.conditions())
+        .where(same_key)
         .values(
             superseded_at=at,
-            valid_until=func.greatest(Memory.valid_from, valid_from),
-            superseded_by=new_id,
+            valid_until=func.greatest(Memory.valid_from, given.c.valid_from),
+            superseded_by=given.c.new_id,
         )
-        .returning(Memory.id)
+        .returning(Memory.id, given.c.new_id.label("for_id"))
         .cte("closed")
     )
-    head_was_closed = select(newest.c.id).where(newest.c.superseded_at.is_not(None))
     relinked = (
         scope.update(liveness=_EVERY_UNREVOKED)
-        .where(Memory.id.in_(head_was_closed), Memory.superseded_by.is_(None))
-        .values(superseded_by=new_id)
+        .where(
+            Memory.id == newest.c.id,
+            newest.c.superseded_at.is_not(None),
+            Memory.superseded_by.is_(None),
+        )
+        .values(superseded_by=newest.c.for_id)
         .returning(Memory.id)
         .cte("relinked")
     )
-    statement = select(
-        select(newest.c.id).scalar_subquery(),
-        select(newest.c.version).scalar_subquery(),
-        select(func.array_agg(closed.c.id)).scalar_subquery(),
-        # Referenced so the statement reads its RETURNING; it runs to completion regardless.
-        select(func.count()).select_from(relinked).scalar_subquery(),
+    closed_for = (
+        select(closed.c.for_id, func.array_agg(closed.c.id).label("ids"))
+        .group_by(closed.c.for_id)
+        .subquery("closed_for")
     )
-    previous_id, previous_version, superseded, _ = (await session.execute(statement)).one()
-    previous = None if previous_id is None else Version(previous_id, previous_version)
-    return Supersession(previous, list(superseded or []))
+    statement = (
+        select(
+            given.c.new_id,
+            newest.c.id,
+            newest.c.version,
+            closed_for.c.ids,
+            # Referenced so the statement reads its RETURNING; it runs to completion regardless.
+            select(func.count()).select_from(relinked).scalar_subquery(),
+        )
+        .select_from(given)
+        .outerjoin(newest, newest.c.for_id == given.c.new_id)
+        .outerjoin(closed_for, closed_for.c.for_id == given.c.new_id)
+    )
+    made: dict[uuid.UUID, Supersession] = {}
+    for new_id, previous_id, previous_version, superseded, _ in await session.execute(statement):
+        previous = None if previous_id is None else Version(previous_id, previous_version)
+        made[new_id] = Supersession(previous, list(superseded or []))
+    return [made[one.new_id] for one in writes]
 
 
-async def insert(session: AsyncSession, row: Memory) -> Memory:
-    """The service sets every column the answer shows, so no read-back is needed (only the
-    computed `lexical`, which is deferred, comes from the server)."""
-    session.add(row)
-    await session.flush()
+async def insert(session: AsyncSession, scope: Visible, row: Memory) -> Memory:
+    """`insert_many` of one row."""
+    await insert_many(session, scope, [row])
     return row
+
+
+async def insert_many(session: AsyncSession, scope: Visible, rows: Sequence[Memory]) -> None:
+    """Insert `rows` into `scope`'s tenant in one statement of one parameter per column,
+    whatever their number: `INSERT ... SELECT` from `unnest` of one text array per column,
+    each cast to its column's type. (A multi-row VALUES of 500 rows binds ~15,000
+    parameters, and the driver's rewriting of that query text cost more than the database's
+    insert; COPY FROM is refused on a table with row-level security.) Row-level security's
+    `WITH CHECK` and the storage trigger see every row, as for any INSERT. The service sets
+    every column the answer shows, so nothing is read back (`lexical` is computed)."""
+    if not rows:
+        return
+    mapper = sa_inspect(Memory)
+    columns = [
+        (attribute.key, attribute.columns[0])
+        for attribute in mapper.column_attrs
+        if attribute.columns[0].computed is None and attribute.key != "tenant_id"
+    ]
+    arrays = [
+        bindparam(
+            f"rows_{column.name}",
+            [_as_text(getattr(row, key), column.type) for row in rows],
+            ARRAY(Text),
+        )
+        for key, column in columns
+    ]
+    given = (
+        func.unnest(*arrays)
+        .table_valued(*(column.name for _, column in columns))
+        .render_derived(name="given")
+    )
+    statement = pg_insert(Memory).from_select(
+        ["tenant_id", *(column.name for _, column in columns)],
+        select(scope.tenant, *(cast(given.c[column.name], column.type) for _, column in columns)),
+    )
+    await session.execute(statement)
+
+
+def _as_text(value: Any, type_: Any) -> str | None:
+    """A column value in PostgreSQL's text input form (`insert_many` casts it back)."""
+    if isinstance(type_, JSONB):
+        return json.dumps(value)  # None too: the ORM stores JSON null for it
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(type_, Vector):
+        return _vector_text(value)
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, bytes):
+        return "\\x" + value.hex()
+    if isinstance(value, list):
+        return _pg_array(value)
+    return str(value)  # uuid, int
 
 
 async def readable_sources(
@@ -1541,11 +1736,13 @@ __all__ = [
     "AnnTuning",
     "FusedHit",
     "Fusion",
+    "GateQuestion",
     "Hit",
     "KeyRef",
     "LiveKey",
     "MemoryFilters",
     "MemoryRow",
+    "NewVersion",
     "ReadBudget",
     "ReadCancelled",
     "StaleRow",
@@ -1557,10 +1754,12 @@ __all__ = [
     "get",
     "history",
     "insert",
+    "insert_many",
     "key_of",
     "list_page",
-    "live_keys_of_subject",
+    "live_keys_of_subjects",
     "lock_key",
+    "lock_keys",
     "read_budget",
     "retract",
     "search_approximate",
@@ -1571,4 +1770,5 @@ __all__ = [
     "set_embeddings",
     "stale_embeddings",
     "supersede",
+    "supersede_many",
 ]

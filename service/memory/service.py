@@ -9,7 +9,7 @@ import unicodedata
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, TypeVar, cast, get_args
 
@@ -47,6 +47,7 @@ from service.memory.repository import (
     AnnTuning,
     Hit,
     KeyRef,
+    LiveKey,
     MemoryFilters,
     MemoryRow,
     Version,
@@ -97,8 +98,6 @@ MAX_METADATA_DEPTH = 16
 H = TypeVar("H")
 """A ranked hit: (row, score) for a vector search, `FusedHit` for a fused one."""
 SearchPath = Literal["exact", "approximate"]
-WriteGate = Callable[[Principal, KeyRef], Awaitable[None]]
-"""The write gate's check, run under the subject's lock (`MemoryService._write_gate`)."""
 MAX_OFFERED_KEYS = 20
 """The most keys a 409 `key-choice-required` lists (a subject with more says `more_keys`)."""
 OFFERED_WORDS, OFFERED_CHARS = 12, 120
@@ -208,6 +207,68 @@ def _require_evidence(
         )
 
 
+@dataclass(frozen=True)
+class Planned:
+    """A write that passed every check needing no lock (`MemoryService._plan`)."""
+
+    data: MemoryCreate
+    ref: KeyRef
+    derived_from: list[uuid.UUID]
+    read_requires: list[uuid.UUID]
+    gated: bool
+    """The write gate asks about it (not `new_key`, not a revert, and on in its space)."""
+    personal: uuid.UUID | None
+    """The writer's personal space (what `narrowing` tells the writer)."""
+
+
+class GateRefused(Exception):
+    """The write gate refused writes of a batch: (place in the batch, problem) of each."""
+
+    def __init__(self, failures: list[tuple[int, Problem]]) -> None:
+        super().__init__(f"{len(failures)} writes refused by the write gate")
+        self.failures = failures
+
+
+def family_of(ref: KeyRef) -> KeyRef:
+    """The (space, subject, kind, audience) of a key: what the write gate looks across."""
+    return replace(ref, key="")
+
+
+def cited_sources(readable: list[Source], derived_from: list[uuid.UUID]) -> list[Source]:
+    """The sources a write cites, in its order, out of those the caller can read; one it
+    cannot read is 404, like a missing id (the id is the caller's own, from its request)."""
+    by_id = {source.id: source for source in readable}
+    cited: list[Source] = []
+    for source_id in dict.fromkeys(derived_from):
+        if source_id not in by_id:
+            raise MemoryNotFound(not_found_detail(source_id))
+        cited.append(by_id[source_id])
+    return cited
+
+
+def target_space(targets: WriteTargets, requested: uuid.UUID | None) -> uuid.UUID:
+    """The named space if the caller may read and write there (an invisible space is 404, a
+    read-only one 403); by default the caller's personal space."""
+    # Writing needs read too: a writer sees what it wrote (a new version returns its row,
+    # and supersession reads the live one), and row-level security demands both.
+    readable, writable = targets.readable, targets.writable
+    if requested is not None:
+        if requested in writable:
+            return requested
+        if requested in readable:
+            raise SpaceReadOnly(f"You may read space {requested} but not write there.")
+        raise SpaceNotFound(f"Space {requested} does not exist or is not writable by you.")
+    if targets.personal is not None and targets.personal in writable:
+        return targets.personal
+    if len(writable) == 1:
+        return writable[0]
+    if not writable:
+        raise NoWritableSpace("You have no space to write memories into; ask an admin.")
+    raise NoWritableSpace(
+        "You may write into several spaces but not into a personal one: name 'space_id'."
+    )
+
+
 class MemoryService:
     def __init__(
         self,
@@ -228,17 +289,13 @@ class MemoryService:
         self._facts = facts
         self._embedder = embedder
         self._limits = limits
-        self._targets: WriteTargets | None = None
-        """The caller's write targets while a batch runs: read once for all its items (nothing
-        a write does changes grants or spaces)."""
         self._budget: repository.ReadBudget | None = None
         """The read budget of the block being run (`_read_budget`), for its last statement."""
 
     async def write(self, principal: Principal, data: MemoryCreate) -> MemoryWritten:
         self._check_value(data)
         sources = await self._sources_of(principal, data.derived_from)
-        gate = None if data.new_key else self._write_gate
-        return await self._write(principal, data, sources, gate=gate)
+        return await self._write(principal, data, sources, gated=not data.new_key)
 
     async def _write(
         self,
@@ -246,19 +303,41 @@ class MemoryService:
         data: MemoryCreate,
         sources: list[Source],
         *,
-        gate: WriteGate | None,
+        gated: bool,
         audience: Sequence[uuid.UUID] = (),
         unsourced: str | None = None,
-        vector: list[float] | None = None,
     ) -> MemoryWritten:
-        """Write `data` citing `sources` (each readable by the caller), under `gate` (the write
-        gate: None for a revert or `new_key`) if the space has it on; readable only by readers
-        of `audience` too.
-        `unsourced`: what the evidence gate says when `data` cites nothing (the caller's
-        own words by default). `vector`: the value's embedding, made already (a batch embeds
-        all its values in one call, and checks the storage quota once at its end)."""
+        """Write `data` citing `sources` (each readable by the caller), under the write gate
+        if `gated` (not for a revert or `new_key`) and the space has it on; readable only by
+        readers of `audience` too. `unsourced`: what the evidence gate says when `data`
+        cites nothing (the caller's own words by default). The batch's path with one item."""
+        targets = await write_targets(self._session, principal)
+        planned = self._plan(principal, data, sources, targets, gated, audience, unsourced)
+        [vector] = await self._embed(principal, data.value)
+        try:
+            [written] = await self._write_planned(principal, [planned], [vector])
+        except GateRefused as refused:
+            [(_, problem)] = refused.failures
+            raise problem from None
+        if self._quotas is not None:
+            # Counted by the insert's trigger; over quota: rolled back.
+            await self._quotas.check_storage(self._session, principal.tenant_id)
+        return written
+
+    def _plan(
+        self,
+        principal: Principal,
+        data: MemoryCreate,
+        sources: list[Source],
+        targets: WriteTargets,
+        gated: bool,
+        audience: Sequence[uuid.UUID] = (),
+        unsourced: str | None = None,
+    ) -> Planned:
+        """Everything a write decides before touching a row: the checks that need no lock
+        (reserved keys, the target space, the evidence gate), its key and its audience."""
         _refuse_reserved(data)
-        space_id, targets = await self._target_space(principal, data.space_id)
+        space_id = target_space(targets, data.space_id)
         read_requires = inherited_scope(space_id, sources, audience)
         gates = targets.settings_of(space_id)
         _require_evidence(gates, data, space_id, unsourced)
@@ -270,33 +349,88 @@ class MemoryService:
             data.key,
             tuple(read_requires),
         )
+        return Planned(
+            data,
+            ref,
+            [source.id for source in sources],
+            read_requires,
+            gated=gated and gates.write_gate,
+            personal=targets.personal,
+        )
+
+    async def _write_planned(
+        self, principal: Principal, planned: list[Planned], vectors: list[list[float]]
+    ) -> list[MemoryWritten]:
+        """Write `planned` in order, set-based: one statement takes every key lock (and the
+        subject locks of gated writes), one asks the write gate about every gated subject, one
+        supersedes every key, one inserts every row. A write is answered exactly as if each
+        ran alone in that order: a later write of a key supersedes an earlier one of the same
+        batch, and the gate of a later write counts the keys earlier ones wrote. If the gate
+        refuses any write, nothing is written: `GateRefused` names each refused one."""
+        now = await repository.lock_keys(
+            self._session,
+            [one.ref for one in planned],
+            gated=[one.ref for one in planned if one.gated],
+        )
+        ids = [uuid7() for _ in planned]
+        refused = await self._write_gate(principal, planned, ids)
+        if refused:
+            raise GateRefused(refused)
         scope = visible(principal, Action.WRITE)
-        if vector is None:
-            [vector] = await self._embed(principal, data.value)
-            check_storage = True
-        else:
-            check_storage = False
-        if not gates.write_gate:
-            gate = None
-        now = await repository.lock_key(self._session, ref, subject_too=gate is not None)
-        if gate is not None:
-            await gate(principal, ref)
-        new_id, valid_from = uuid7(), data.valid_from or now
-        made = await repository.supersede(
-            self._session, scope, ref, new_id=new_id, at=now, valid_from=valid_from
+        first: dict[KeyRef, int] = {}
+        latest: dict[KeyRef, int] = {}
+        after: dict[int, int] = {}  # index -> index of the next write of its key
+        for index, one in enumerate(planned):
+            if one.ref in first:
+                after[latest[one.ref]] = index
+            else:
+                first[one.ref] = index
+            latest[one.ref] = index
+        made = await repository.supersede_many(
+            self._session,
+            scope,
+            [
+                repository.NewVersion(
+                    planned[index].ref, ids[index], planned[index].data.valid_from or now
+                )
+                for index in first.values()
+            ],
+            at=now,
         )
-        row = self._new_row(principal, data, ref, vector, now, new_id, made.previous)
-        row.derived_from, row.read_requires = [source.id for source in sources], read_requires
-        row = await repository.insert(self._session, row)
-        if check_storage and self._quotas is not None:
-            # Counted by the insert's trigger; over quota: rolled back.
-            await self._quotas.check_storage(self._session, principal.tenant_id)
-        self._facts.add_targets([row.id, *made.superseded])
-        return MemoryWritten(
-            memory=to_out(row),
-            superseded=made.superseded,
-            audience_narrowed=narrowing(space_id, read_requires, targets.personal),
-        )
+        by_first = dict(zip(first.values(), made, strict=True))
+        rows: list[Memory] = []
+        answers: list[MemoryWritten] = []
+        chained: dict[KeyRef, Memory] = {}
+        for index, one in enumerate(planned):
+            earlier = chained.get(one.ref)
+            if earlier is None:
+                previous, superseded = by_first[index].previous, by_first[index].superseded
+            else:
+                previous, superseded = Version(earlier.id, earlier.version), [earlier.id]
+            row = self._new_row(
+                principal, one.data, one.ref, vectors[index], now, ids[index], previous
+            )
+            row.derived_from, row.read_requires = one.derived_from, one.read_requires
+            chained[one.ref] = row
+            # Answered as written, before a later write of its key in the batch closes it
+            # (as each write's own answer would have been).
+            answers.append(
+                MemoryWritten(
+                    memory=to_out(row),
+                    superseded=superseded,
+                    audience_narrowed=narrowing(row.space_id, one.read_requires, one.personal),
+                )
+            )
+            if index in after:
+                # Closed as the next write of its key would close it; inserted closed, since
+                # the live-key index admits one live row per key.
+                later = planned[after[index]]
+                row.superseded_at, row.superseded_by = now, ids[after[index]]
+                row.valid_until = max(row.valid_from, later.data.valid_from or now)
+            rows.append(row)
+            self._facts.add_targets([row.id, *superseded])
+        await repository.insert_many(self._session, scope, rows)
+        return answers
 
     async def write_batch(
         self, principal: Principal, batch: MemoryBatch, idempotency_key: str | None = None
@@ -331,7 +465,7 @@ class MemoryService:
         # Everything that refuses an item without its vector runs first, and the key is
         # claimed first: a refused batch, or a retry of one still in flight, spends no
         # embedding call (as a refused single write spends none).
-        await self._precheck_items(principal, items)
+        planned = await self._plan_items(principal, items)
         if key is not None and (earlier := await self._claim(key)) is not None:
             return earlier
         vectors = await self._embed_all(principal, [item.value for item in items])
@@ -340,7 +474,7 @@ class MemoryService:
         if key is not None and remote and (earlier := await self._claim(key)) is not None:
             return earlier
         try:
-            written = await self._write_items(principal, items, vectors)
+            written = await self._write_items(principal, planned, vectors)
         except Exception:
             self._facts.targets.clear()  # rolled back: the refusal names no memory
             raise
@@ -355,54 +489,41 @@ class MemoryService:
             await idempotency.keep(self._session, key, 201, msgspec.json.encode(answer), ids)
         return BatchAnswer(answer, replayed=False)
 
-    async def _write_items(
-        self, principal: Principal, items: list[MemoryCreate], vectors: list[list[float]]
-    ) -> list[MemoryWritten]:
-        """Each item through the single write's path; every failure is collected, not only
-        the first (a problem is raised before the item's insert or, for the write gate, after
-        its lock only, so the transaction stays usable; the call rolls it all back)."""
-        written: list[MemoryWritten] = []
+    async def _plan_items(self, principal: Principal, items: list[MemoryCreate]) -> list[Planned]:
+        """Every item through the single write's checks that need no vector and no lock (its
+        value, a reserved key, its target space, the evidence gate, the sources it cites),
+        the write targets and every item's sources read once for the batch. Every failing
+        item is listed, not only the first; any failure writes nothing."""
+        targets = await write_targets(self._session, principal)
+        readable = await self._readable_sources(
+            principal, [source for item in items for source in item.derived_from]
+        )
+        planned: list[Planned] = []
         failures: list[tuple[int, Problem]] = []
-        self._targets = await write_targets(self._session, principal)
-        try:
-            for index, item in enumerate(items):
-                try:
-                    sources = await self._sources_of(principal, item.derived_from)
-                    gate = None if item.new_key else self._write_gate
-                    vector = vectors[index]
-                    written.append(
-                        await self._write(principal, item, sources, gate=gate, vector=vector)
-                    )
-                except Problem as problem:
-                    failures.append((index, problem))
-        finally:
-            self._targets = None
+        for index, item in enumerate(items):
+            try:
+                self._check_value(item)
+                sources = cited_sources(readable, item.derived_from)
+                planned.append(self._plan(principal, item, sources, targets, not item.new_key))
+            except Problem as problem:
+                failures.append((index, problem))
         if failures:
             raise self._rejected(failures, len(items))
+        return planned
+
+    async def _write_items(
+        self, principal: Principal, planned: list[Planned], vectors: list[list[float]]
+    ) -> list[MemoryWritten]:
+        """The planned items, set-based (`_write_planned`); the write gate may still refuse
+        some (every refused one is listed, nothing is written), and the storage quota is
+        checked once, after the last insert."""
+        try:
+            written = await self._write_planned(principal, planned, vectors)
+        except GateRefused as refused:
+            raise self._rejected(refused.failures, len(planned)) from None
         if self._quotas is not None:
             await self._quotas.check_storage(self._session, principal.tenant_id)
         return written
-
-    async def _precheck_items(self, principal: Principal, items: list[MemoryCreate]) -> None:
-        """Refuse the batch, listing every failing item, for what each item's write would
-        refuse before its vector is needed: its value, a reserved key, its target space, the
-        evidence gate, the sources it cites."""
-        failures: list[tuple[int, Problem]] = []
-        self._targets = await write_targets(self._session, principal)
-        try:
-            for index, item in enumerate(items):
-                try:
-                    self._check_value(item)
-                    _refuse_reserved(item)
-                    space_id, targets = await self._target_space(principal, item.space_id)
-                    _require_evidence(targets.settings_of(space_id), item, space_id, None)
-                    await self._sources_of(principal, item.derived_from)
-                except Problem as problem:
-                    failures.append((index, problem))
-        finally:
-            self._targets = None
-        if failures:
-            raise self._rejected(failures, len(items))
 
     async def _claim(self, key: idempotency.Key) -> BatchAnswer | None:
         """Hold `key` for this call's transaction; its stored answer if one came meanwhile."""
@@ -452,39 +573,75 @@ class MemoryService:
             )
         return vectors
 
-    async def _write_gate(self, principal: Principal, ref: KeyRef) -> None:
+    async def _write_gate(
+        self, principal: Principal, planned: list[Planned], ids: list[uuid.UUID]
+    ) -> list[tuple[int, Problem]]:
         """Refuse a key new to its subject while the subject has live memories of the same
         kind under other keys that the writer can read (in the space and audience the write
         goes to): the writer may not know the key the fact already lives under, and a second
         key would leave the stale value live. Which key is meant is the writer's choice, never
         decided here by similarity (promise 5). Rows the writer cannot read never count and
-        are never named, so the gate tells nothing a search would not."""
-        found = await repository.live_keys_of_subject(
-            self._session, visible(principal, Action.READ), ref, limit=MAX_OFFERED_KEYS
+        are never named, so the gate tells nothing a search would not.
+
+        One statement for every gated write of `planned` (run under their subject locks);
+        each is then judged in order, counting the keys the writes before it in `planned`
+        leave live (a key once written stays live: a later version replaces it; `ids` are the
+        ids the writes will have). Answers the refused writes by their place in `planned`."""
+        families: dict[KeyRef, list[int]] = {}
+        for index, one in enumerate(planned):
+            families.setdefault(family_of(one.ref), []).append(index)
+        asked = [
+            repository.GateQuestion(family, tuple(dict.fromkeys(planned[i].ref.key for i in at)))
+            for family, at in families.items()
+            if any(planned[i].gated for i in at)
+        ]
+        if not asked:
+            return []
+        found = await repository.live_keys_of_subjects(
+            self._session, visible(principal, Action.READ), asked, limit=MAX_OFFERED_KEYS
         )
-        if found.key_is_live or not found.others:
-            return
+        refused: list[tuple[int, Problem]] = []
+        for question, stored in zip(asked, found, strict=True):
+            live = {one.key: one for one in stored}
+            for index in families[question.ref]:
+                one = planned[index]
+                if one.gated:
+                    problem = self._gate_answer(one.ref, live)
+                    if problem is not None:
+                        refused.append((index, problem))
+                        continue
+                live[one.ref.key] = LiveKey(one.ref.key, ids[index], one.data.value[:400])
+        refused.sort(key=lambda failure: failure[0])
+        return refused
+
+    def _gate_answer(self, ref: KeyRef, live: dict[str, LiveKey]) -> KeyChoiceRequired | None:
+        """The gate's answer to a write of `ref` with these keys live: None to let it pass."""
+        if ref.key in live:
+            return None
+        others = sorted((one for key, one in live.items() if key != ref.key), key=lambda o: o.key)
+        if not others:
+            return None
+        more = len(others) > MAX_OFFERED_KEYS
+        others = others[:MAX_OFFERED_KEYS]
         offered = [
-            {"key": live.key, "id": str(live.id), "value_start": first_words(live.value_start)}
-            for live in found.others
+            {"key": one.key, "id": str(one.id), "value_start": first_words(one.value_start)}
+            for one in others
         ]
         listing = "; ".join(f'{o["key"]} ({o["id"]}): "{o["value_start"]}"' for o in offered)
-        more = (
-            f" and more (list them: GET /v1/memories?subject=…&kind={ref.kind})"
-            if found.more
-            else ""
+        listed_more = (
+            f" and more (list them: GET /v1/memories?subject=…&kind={ref.kind})" if more else ""
         )
-        self._facts.add_targets(live.id for live in found.others)
-        raise KeyChoiceRequired(
+        self._facts.add_targets(one.id for one in others)
+        return KeyChoiceRequired(
             f"Subject {ref.subject!r} already has live {ref.kind} memories under other keys in "
-            f"space {ref.space_id}: {listing}{more}. If your value updates one of them, resend "
-            "with that 'key' (the new version supersedes it); if it is a different fact, "
-            "resend with 'new_key': true. Nothing was written.",
+            f"space {ref.space_id}: {listing}{listed_more}. If your value updates one of them, "
+            "resend with that 'key' (the new version supersedes it); if it is a different "
+            "fact, resend with 'new_key': true. Nothing was written.",
             subject=ref.subject,
             kind=ref.kind,
             space_id=str(ref.space_id),
             keys=offered,
-            more_keys=found.more,
+            more_keys=more,
         )
 
     async def _embed(self, principal: Principal, text: str) -> list[list[float]]:
@@ -865,7 +1022,7 @@ class MemoryService:
             principal,
             again,
             sources,
-            gate=None,
+            gated=False,
             audience=row.read_requires,
             unsourced=unsourced,
         )
@@ -930,40 +1087,8 @@ class MemoryService:
     async def _sources_of(
         self, principal: Principal, derived_from: list[uuid.UUID]
     ) -> list[Source]:
-        """A write's sources: each must be readable by the caller; one that is not is 404,
-        like a missing id (the id is the caller's own, from its request)."""
-        sources = await self._readable_sources(principal, derived_from)
-        readable = {source.id for source in sources}
-        for source_id in dict.fromkeys(derived_from):
-            if source_id not in readable:
-                raise MemoryNotFound(not_found_detail(source_id))
-        return sources
-
-    async def _target_space(
-        self, principal: Principal, requested: uuid.UUID | None
-    ) -> tuple[uuid.UUID, WriteTargets]:
-        """The named space if the caller may read and write there (an invisible space is 404, a
-        read-only one 403); by default the caller's personal space. With the targets (their
-        settings, the personal space) read in the same statement."""
-        # Writing needs read too: a writer sees what it wrote (a new version returns its row,
-        # and supersession reads the live one), and row-level security demands both.
-        targets = self._targets or await write_targets(self._session, principal)
-        readable, writable = targets.readable, targets.writable
-        if requested is not None:
-            if requested in writable:
-                return requested, targets
-            if requested in readable:
-                raise SpaceReadOnly(f"You may read space {requested} but not write there.")
-            raise SpaceNotFound(f"Space {requested} does not exist or is not writable by you.")
-        if targets.personal is not None and targets.personal in writable:
-            return targets.personal, targets
-        if len(writable) == 1:
-            return writable[0], targets
-        if not writable:
-            raise NoWritableSpace("You have no space to write memories into; ask an admin.")
-        raise NoWritableSpace(
-            "You may write into several spaces but not into a personal one: name 'space_id'."
-        )
+        """A write's sources: each must be readable by the caller (`cited_sources`)."""
+        return cited_sources(await self._readable_sources(principal, derived_from), derived_from)
 
     def _k(self, requested: int | None) -> int:
         k = self._limits.default_k if requested is None else requested

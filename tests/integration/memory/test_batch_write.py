@@ -9,7 +9,12 @@ import uuid
 from typing import Any
 
 from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncSession
 
+from service.auth.principal import Principal
+from service.calls import Call, Facts
+from service.memory.schemas import MemoryBatch, MemoryCreate
+from service.memory.service import MemoryService
 from service.problems import PROBLEM_BASE_URI
 from tests.fixtures.api import Agent, Api
 from tests.integration.memory.support import as_owner, assert_problem, count_memories
@@ -250,3 +255,112 @@ async def test_the_mcp_tool_writes_a_batch_like_rest(api: Api) -> None:
     assert refused.structured_content["type"] == PROBLEM_BASE_URI + "batch-rejected"
     assert [e["index"] for e in refused.structured_content["errors"]] == [1], error_text(refused)
     assert await count_memories(api.runtime) == before + 2
+
+
+async def test_a_key_repeated_in_one_batch_chains_each_write_onto_the_one_before(
+    api: Api,
+) -> None:
+    alice = await api.new_agent("alice")
+    old = await api.remember(alice, key="plan", value="plan 0")
+    items = [item("plan", f"plan {n}", new_key=False) for n in (1, 2, 3)]
+    response = await batch(api, alice, [*items[:2], item("other"), items[2]])
+    assert response.status_code == 201, response.text
+    written = [one for one in response.json()["items"] if one["memory"]["key"] == "plan"]
+    ids = [old["id"], *(one["memory"]["id"] for one in written)]
+    # Each write is answered as written (live then), superseding the one before it.
+    assert [one["superseded"] for one in written] == [[i] for i in ids[:3]]
+    assert [one["memory"]["version"] for one in written] == [2, 3, 4]
+    assert [one["memory"]["supersedes"] for one in written] == ids[:3]
+    history = await api.http.get(f"/v1/memories/{ids[3]}/history", headers=alice.headers)
+    assert history.status_code == 200, history.text
+    chain = history.json()["items"]
+    assert [(v["id"], v["value"]) for v in chain] == [
+        (i, f"plan {n}") for n, i in reversed(list(enumerate(ids)))
+    ]
+    assert [v["superseded_by"] for v in chain] == [None, *ids[3:0:-1]]
+    assert [v["status"] for v in chain] == ["live", "superseded", "superseded", "superseded"]
+    live = await api.http.get("/v1/memories", params={"key": "plan"}, headers=alice.headers)
+    assert [m["id"] for m in live.json()["items"]] == [ids[3]]
+    [row] = [r for r in await batch_rows(api) if r["action"] == "memory.write_batch"]
+    assert row["reason"] == "batch:items=4,created=4,superseded=3"
+
+
+async def test_the_gate_of_a_later_item_counts_the_keys_earlier_items_wrote(api: Api) -> None:
+    alice = await api.new_agent("alice")
+    before = await count_memories(api.runtime)
+    gated = [item(key, f"{key} value", new_key=False) for key in ("first", "second")]
+    body = assert_problem(await batch(api, alice, gated), 422, "batch-rejected")
+    assert [(e["index"], e["status"]) for e in body["errors"]] == [(1, 409)]
+    assert "first" in body["errors"][0]["detail"]
+    assert await count_memories(api.runtime) == before
+    # The same key twice passes: the second write updates the first.
+    again = await batch(api, alice, [gated[0], gated[0]])
+    assert again.status_code == 201, again.text
+    assert await count_memories(api.runtime) == before + 2
+
+
+async def test_two_batches_of_the_same_keys_in_opposite_orders_both_commit(api: Api) -> None:
+    """Two real calls, each on its own connection, writing the same keys in opposite orders
+    at once: each batch takes its key locks in one sorted order, so the second waits for the
+    first to commit and then supersedes its versions. (Taking them item by item, each call
+    held half the locks the other needed: a deadlock, answered 500.)"""
+    alice = await api.new_agent("alice")
+    keys = [f"shared.{n:02}" for n in range(40)]
+    forward = MemoryBatch(items=[MemoryCreate(**item(key, "forward")) for key in keys])
+    backward = MemoryBatch(items=[MemoryCreate(**item(key, "back")) for key in reversed(keys)])
+    racers = [_racer(api, alice) for _ in range(2)]
+    try:
+        running = {
+            asyncio.create_task(service.write_batch(caller, body)): session
+            for (service, caller, session), body in zip(racers, (forward, backward), strict=True)
+        }
+        pending = set(running)
+        while pending:
+            done, pending = await asyncio.wait(pending, timeout=30, return_when="FIRST_COMPLETED")
+            assert done, "neither batch finished"
+            for task in done:
+                assert task.result().body.count == len(keys)
+                await running[task].commit()
+    finally:
+        for _, _, session in racers:
+            await session.rollback()
+            await session.close()
+    listed = await api.http.get(
+        "/v1/memories", params={"subject": "service:billing", "limit": "100"}, headers=alice.headers
+    )
+    live = listed.json()["items"]
+    assert sorted(m["key"] for m in live) == keys  # one live version per key
+    assert {m["version"] for m in live} == {2}  # the second batch superseded the first
+
+
+def _racer(api: Api, agent: Agent) -> tuple[MemoryService, Principal, AsyncSession]:
+    """A memory service on a call of its own (its own connection and transaction)."""
+    caller = Principal(
+        tenant_id=uuid.UUID(api.tenant_id),
+        principal_id=uuid.UUID(agent.principal_id),
+        client_id=agent.client_id,
+        scopes=frozenset({"read:memory", "write:memory"}),
+        token_id="test",
+        issuer="test",
+    )
+    session = Call(api.runtime, "memory.write_batch", "POST", BATCH, caller=caller).db
+    limits = api.runtime.settings.memory
+    return MemoryService(session, api.runtime.embedder, limits, facts=Facts()), caller, session
+
+
+async def test_text_that_arrays_would_quote_round_trips(api: Api) -> None:
+    # The insert carries each column as one array: quotes, braces, commas, backslashes,
+    # NULL-looking words and non-ASCII text must come back exactly as sent.
+    alice = await api.new_agent("alice")
+    value = "a \"quoted\" {brace}, a back\\slash, NULL, 'single' and ünïcode ✓"
+    sent = item("tricky", value, subject='svc:"{x,y}\\', metadata={"k": 'v "{}"', "n": None})
+    response = await batch(api, alice, [sent, item("plain")])
+    assert response.status_code == 201, response.text
+    memory_id = response.json()["items"][0]["memory"]["id"]
+    stored = await api.http.get(f"/v1/memories/{memory_id}", headers=alice.headers)
+    got = stored.json()
+    assert (got["value"], got["subject"], got["metadata"]) == (
+        value,
+        sent["subject"],
+        sent["metadata"],
+    )
