@@ -41,7 +41,7 @@ from sqlalchemy import (
     values,
 )
 from sqlalchemy import inspect as sa_inspect
-from sqlalchemy.dialects.postgresql import ARRAY, JSONB, REGCONFIG, TSQUERY, UUID
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, REGCONFIG, TSQUERY, UUID, distinct_on
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -508,7 +508,7 @@ async def supersede_many(
             liveness=_EVERY_UNREVOKED,
         )
         .join_from(Memory, given, same_key)
-        .distinct(given.c.new_id)
+        .ext(distinct_on(given.c.new_id))
         .order_by(given.c.new_id, Memory.version.desc())
         .cte("newest")
     )

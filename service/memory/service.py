@@ -7,8 +7,8 @@ import hashlib
 import json
 import unicodedata
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, TypeVar, cast, get_args
@@ -314,15 +314,26 @@ class MemoryService:
         targets = await write_targets(self._session, principal)
         planned = self._plan(principal, data, sources, targets, gated, audience, unsourced)
         [vector] = await self._embed(principal, data.value)
-        try:
-            [written] = await self._write_planned(principal, [planned], [vector])
-        except GateRefused as refused:
-            [(_, problem)] = refused.failures
-            raise problem from None
-        if self._quotas is not None:
-            # Counted by the insert's trigger; over quota: rolled back.
-            await self._quotas.check_storage(self._session, principal.tenant_id)
+        with self._nothing_named_if_refused():
+            try:
+                [written] = await self._write_planned(principal, [planned], [vector])
+            except GateRefused as refused:
+                [(_, problem)] = refused.failures
+                raise problem from None
+            if self._quotas is not None:
+                # Counted by the insert's trigger; over quota: rolled back.
+                await self._quotas.check_storage(self._session, principal.tenant_id)
         return written
+
+    @contextmanager
+    def _nothing_named_if_refused(self) -> Iterator[None]:
+        """A write that fails after its rows were noted is rolled back: its audit row then
+        names no memory (the ids of rows that never existed would be a lie)."""
+        try:
+            yield
+        except Exception:
+            self._facts.targets.clear()
+            raise
 
     def _plan(
         self,
@@ -473,11 +484,8 @@ class MemoryService:
         remote = self._embedder.remote
         if key is not None and remote and (earlier := await self._claim(key)) is not None:
             return earlier
-        try:
+        with self._nothing_named_if_refused():
             written = await self._write_items(principal, planned, vectors)
-        except Exception:
-            self._facts.targets.clear()  # rolled back: the refusal names no memory
-            raise
         answer = MemoryBatchWritten(items=written, count=len(written))
         superseded = sum(len(one.superseded) for one in written)
         self._facts.count(len(written))
