@@ -5,6 +5,7 @@ away answers 410 `idempotency-answer-gone` (saying nothing more than for a delet
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 
 from sqlalchemy import text
 
@@ -37,7 +38,7 @@ async def _writer_of_a_team_space(api: Api) -> tuple[str, Agent]:
     return space_id, alice
 
 
-async def _replay_is_gone(api: Api, alice: Agent, key: str, body: dict[str, object]) -> str:
+async def _replay_is_gone(api: Api, alice: Agent, key: str, body: Mapping[str, object]) -> str:
     before = await count_memories(api.runtime)
     again = await api.http.post(BATCH, json=body, headers={**alice.headers, "Idempotency-Key": key})
     problem = assert_problem(again, 410, "idempotency-answer-gone")
@@ -54,7 +55,8 @@ async def test_a_revoked_grant_does_not_replay_the_spaces_values(api: Api) -> No
     first = await api.http.post(BATCH, json=body, headers=headers)
     assert first.status_code == 201, first.text
     replayed = await api.http.post(BATCH, json=body, headers=headers)  # still hers: replayed
-    assert replayed.status_code == 201 and replayed.headers["Idempotent-Replayed"] == "true"
+    assert replayed.status_code == 201
+    assert replayed.headers["Idempotent-Replayed"] == "true"
     memory_id = first.json()["items"][0]["memory"]["id"]
     for action in ("read", "write"):
         await revoke(api, space_id, action, f"user:{alice.principal_id}")
