@@ -3,12 +3,14 @@
 **Import** reads the file line by line (never the whole file), maps each line to write bodies
 (formats.py) and sends them in batches of `POST /v1/memories:batch`, cut at line boundaries
 (a line holding more items than a batch is spread over several). Each batch has an
-`Idempotency-Key` made from where it starts and what it holds, so sending it again — after a
-timeout, a dropped connection, or a kill and a re-run — answers the stored answer instead of
-writing twice. The state file records, atomically after every committed batch, the position
-after it (a byte offset of a line, and how many items of that line are done) and, while a batch
-is out, its key: a re-run starts at that position and neither loses nor repeats a memory. The
-state file goes when the import is done.
+`Idempotency-Key` made from the run's id (random, kept in the state file), where the batch
+starts and what it holds, so sending it again — after a timeout, a dropped connection, or a
+kill and a re-run — answers the stored answer instead of writing twice, while a new run of
+the same file (after the last one finished) writes it again. The state file records,
+atomically after every committed batch, the position after it (a byte offset of a line, and
+how many items of that line are done) and, while a batch is out, its key and where it ends: a
+re-run starts at that position, cuts that batch again where it ended, and neither loses nor
+repeats a memory. The state file goes when the import is done.
 
 **Export** pages `GET /v1/memories` (what the caller may read, live versions) into JSONL in the
 memgate import format; the state file records the cursor of the next page and the output's
@@ -196,6 +198,8 @@ class ImportRun:
                 item.skipped += waiting
                 waiting = 0
                 batch.append(item)
+                if cut is not None and _beyond(item.after, cut):
+                    cut = None  # the recorded end is not an item's end (cannot happen): as usual
                 full = (item.after == cut) if cut is not None else len(batch) >= self.batch_size
                 if full:
                     cut = None
@@ -358,6 +362,10 @@ def _json_object(text: bytes) -> dict[str, Any]:
 class _AllRejected(Exception):
     def __init__(self, after: Position) -> None:
         self.after = after
+
+
+def _beyond(position: Position, end: Position) -> bool:
+    return (position.offset, position.done) > (end.offset, end.done)
 
 
 def _largest_batch(answer: Any, sent: int) -> int | None:

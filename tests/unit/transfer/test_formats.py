@@ -7,8 +7,9 @@ import os
 import stat
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
+import httpx
 import msgspec
 import pytest
 
@@ -225,3 +226,73 @@ def test_a_deeply_nested_line_is_a_bad_line_not_a_crash(tmp_path: Path) -> None:
     )
     with pytest.raises(TransferFailed, match=r"deep.jsonl:1: not a memgate record"):
         run.run()
+
+
+class _Recorder:
+    """The batch route as the import sees it: records what it is sent, answers 201 (a
+    replay for a key it has answered), or 422 `max_items` for a batch above `largest`."""
+
+    def __init__(self, largest: int) -> None:
+        self.largest, self.sent, self.answered = largest, list[tuple[str, int]](), set[str]()
+        self.url = "http://memgate.test"
+
+    def call(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        items, key = kwargs["json"]["items"], kwargs["headers"]["Idempotency-Key"]
+        self.sent.append((key, len(items)))
+        if len(items) > self.largest:
+            body = {"type": "invalid-request", "max_items": self.largest}
+            return httpx.Response(422, json=body, headers={"content-type": "application/json"})
+        replayed = {"Idempotent-Replayed": "true"} if key in self.answered else {}
+        self.answered.add(key)
+        return httpx.Response(201, json={"count": len(items)}, headers=replayed)
+
+
+def _lines(path: Path, n: int) -> None:
+    path.write_text(
+        "".join(
+            json.dumps({"subject": "s", "kind": "fact", "key": f"k{i}", "value": "v"}) + "\n"
+            for i in range(n)
+        )
+    )
+
+
+def test_a_split_batch_in_flight_is_cut_the_same_way_on_resume(tmp_path: Path) -> None:
+    """Batches of 5 the server takes 3 of: split 3 + 2. Stopped while the 2 were out, the
+    re-run sends exactly those 2 again under their key (replayed), then batches of 3."""
+    source, state = tmp_path / "in.jsonl", tmp_path / "in.state"
+    _lines(source, 9)
+    server = _Recorder(largest=3)
+    first = ImportRun(cast(Server, server), source, "memgate", state, batch_size=5)
+    first.run()
+    assert [n for _, n in server.sent] == [5, 3, 2, 3, 1]
+    # As a kill leaves it: the state as it stood while the batch of 2 was out.
+    tail_key = server.sent[2][0]
+    run_id = tail_key.split("-")[1]
+    saved = {
+        "run": run_id,
+        "input": str(source),
+        "size": source.stat().st_size,
+        "format": "memgate",
+        "position": {
+            "offset": len(source.read_bytes().splitlines(keepends=True)[0]) * 3,
+            "line": 4,
+            "done": 0,
+        },
+        "in_flight": tail_key,
+        "in_flight_until": {
+            "offset": len(source.read_bytes().splitlines(keepends=True)[0]) * 5,
+            "line": 6,
+            "done": 0,
+        },
+        "imported": 3,
+        "replayed": 0,
+        "skipped": 0,
+        "rejected": 0,
+        "batch_size": 3,
+    }
+    _save(state, saved)
+    server.sent.clear()
+    done = ImportRun(cast(Server, server), source, "memgate", state, batch_size=5).run()
+    assert server.sent[0] == (tail_key, 2)
+    assert [n for _, n in server.sent] == [2, 3, 1]
+    assert (done["imported"], done["replayed"]) == (9, 2 + 3 + 1)
