@@ -780,6 +780,10 @@ def cmd_transfer(settings: Settings, args: argparse.Namespace) -> int:
     except (TransferFailed, OSError) as exc:
         print(f"memgate {args.command}: {exc}", file=sys.stderr)
         return 1
+    except Exception as exc:  # anything else is one line too, never a traceback
+        said = str(exc).splitlines()[0][:300] if str(exc) else ""
+        print(f"memgate {args.command}: failed: {exc.__class__.__name__}: {said}", file=sys.stderr)
+        return 1
     print(json.dumps(done))
     return 0
 

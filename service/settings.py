@@ -509,6 +509,12 @@ class SummarizerSettings:
         )
 
 
+BATCH_ITEMS_CEILING = 500
+"""The most `MEMGATE_BATCH_MAX_ITEMS` may be: a batch writes one memory and supersedes at most
+one version per item, and its one audit row names at most 1000 targets (service/calls.py
+`MAX_TARGETS`; a test holds the two together)."""
+
+
 @dataclass(frozen=True)
 class MemorySettings:
     """Limits of the memory API (each violation answers a problem, never truncates).
@@ -548,7 +554,9 @@ class MemorySettings:
     text_search_config: `MEMGATE_TEXT_SEARCH_CONFIG`; the PostgreSQL text search configuration
         of tenants that choose none (service/tenants/settings.py `TEXT_SEARCH_CONFIGS`).
     batch_max_items: `MEMGATE_BATCH_MAX_ITEMS`; the most items one `POST /v1/memories:batch`
-        takes (1..10,000; the body must also fit `MEMGATE_MAX_BODY_BYTES`).
+        takes (1..`BATCH_ITEMS_CEILING`, 500; the body must also fit `MEMGATE_MAX_BODY_BYTES`).
+        Bounded so the batch's audit row names every memory it wrote and every version it
+        superseded (at most one per item): 2 x 500 fits the row's 1000 target ids.
     """
 
     max_value_chars: int = 16_384
@@ -587,8 +595,8 @@ class MemorySettings:
             raise ValueError("MEMGATE_SEARCH_LEXICAL_FLOOR must be above 0 and at most 1")
         if not 1 <= self.fusion_depth <= 1000:
             raise ValueError("MEMGATE_SEARCH_FUSION_DEPTH must be between 1 and 1000")
-        if not 1 <= self.batch_max_items <= 10_000:
-            raise ValueError("MEMGATE_BATCH_MAX_ITEMS must be between 1 and 10000")
+        if not 1 <= self.batch_max_items <= BATCH_ITEMS_CEILING:
+            raise ValueError(f"MEMGATE_BATCH_MAX_ITEMS must be between 1 and {BATCH_ITEMS_CEILING}")
         if self.text_search_config not in TEXT_SEARCH_CONFIGS:
             raise ValueError(
                 "MEMGATE_TEXT_SEARCH_CONFIG must be one of " + ", ".join(TEXT_SEARCH_CONFIGS)

@@ -11,9 +11,12 @@
   deletes them (an expired key is deleted by the next keyed batch of its tenant).
 - `ix_idempotency_keys_expiry`: (tenant_id, expires_at), for that cleanup.
 - `memgate_idempotency_forget()`: a trigger on `memories`. An answer holds memory content, so
-  when one of its memories is deleted (erasure, sweep), retracted or revoked, the stored body
-  is dropped (the key stays, answering 410 `idempotency-answer-gone`): an erased or revoked
-  value never comes back through a replay (promises 7 and 9).
+  when one of its memories is deleted (erasure, sweep), retracted, revoked or expired in place
+  (`memory.age_unused` sets `expires_at` to now), the stored body is dropped (the key stays,
+  answering 410 `idempotency-answer-gone`): an erased or revoked value never comes back
+  through a replay (promises 7 and 9). A memory that expires by its own TTL needs no update:
+  the replay re-reads every memory of the answer through Visible (service/memory/service.py
+  `_replay`), which also refuses a caller whose grants changed since.
 
 Revision ID: 20261202_idempotency_keys
 Revises: 20261201_job_fixes
@@ -75,6 +78,11 @@ CREATE TRIGGER memories_idempotency_withdrawn AFTER UPDATE OF revoked_at, retrac
     WHEN ((OLD.revoked_at IS NULL AND NEW.revoked_at IS NOT NULL)
           OR (OLD.retracted_at IS NULL AND NEW.retracted_at IS NOT NULL))
     EXECUTE FUNCTION memgate_idempotency_forget();
+CREATE TRIGGER memories_idempotency_expired AFTER UPDATE OF expires_at ON memories
+    FOR EACH ROW
+    WHEN (NEW.expires_at IS NOT NULL AND NEW.expires_at <= now()
+          AND (OLD.expires_at IS NULL OR OLD.expires_at > now()))
+    EXECUTE FUNCTION memgate_idempotency_forget();
 """
 
 
@@ -86,6 +94,7 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.execute("SET LOCAL lock_timeout = '5s'")
+    op.execute("DROP TRIGGER memories_idempotency_expired ON memories")
     op.execute("DROP TRIGGER memories_idempotency_withdrawn ON memories")
     op.execute("DROP TRIGGER memories_idempotency_deleted ON memories")
     op.execute("DROP FUNCTION memgate_idempotency_forget()")

@@ -6,6 +6,12 @@ whose process died leaves nothing, and the key can be used again. While a call w
 it holds a transaction-level advisory lock named after the key: a second call with it answers
 409 `idempotency-key-in-flight` instead of waiting or writing. Keys live `TTL`; an expired one is
 as good as unused, and the next keyed batch of the tenant deletes up to `SWEEP` of them.
+
+A stored answer is a copy of memory values, so it is replayed only while the caller could get
+them now: every memory it names still readable by the caller through Visible (live or an
+earlier version, not expired, revoked, retracted or deleted), in a space the caller may still
+write (service/memory/service.py `_replay`). Otherwise the key answers 410, as when a trigger
+dropped the body (a memory deleted, retracted, revoked or expired in place).
 """
 
 from __future__ import annotations
@@ -51,6 +57,7 @@ class Stored:
     request_hash: bytes
     status: int
     answer: bytes | None
+    memory_ids: tuple[uuid.UUID, ...]
 
 
 def key_of(principal: Principal, raw: str, request: bytes) -> Key:
@@ -89,12 +96,19 @@ async def stored(session: AsyncSession, key: Key) -> Stored | None:
     """The unexpired answer under `key`, if any."""
     row = (
         await session.execute(
-            select(IdempotencyKey.request_hash, IdempotencyKey.status, IdempotencyKey.answer)
+            select(
+                IdempotencyKey.request_hash,
+                IdempotencyKey.status,
+                IdempotencyKey.answer,
+                IdempotencyKey.memory_ids,
+            )
             .where(_this(key))
             .where(IdempotencyKey.expires_at > func.now())
         )
     ).one_or_none()
-    return None if row is None else Stored(bytes(row[0]), int(row[1]), row[2])
+    if row is None:
+        return None
+    return Stored(bytes(row[0]), int(row[1]), row[2], tuple(row[3]))
 
 
 async def try_lock(session: AsyncSession, key: Key) -> bool:

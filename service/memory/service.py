@@ -470,20 +470,21 @@ class MemoryService:
         key = None
         if idempotency_key is not None:
             key = idempotency.key_of(principal, idempotency_key, msgspec.json.encode(batch))
-            earlier = await self._replay(key)
+            earlier = await self._replay(principal, key)
             if earlier is not None:
                 return earlier
         # Everything that refuses an item without its vector runs first, and the key is
         # claimed first: a refused batch, or a retry of one still in flight, spends no
         # embedding call (as a refused single write spends none).
         planned = await self._plan_items(principal, items)
-        if key is not None and (earlier := await self._claim(key)) is not None:
+        if key is not None and (earlier := await self._claim(principal, key)) is not None:
             return earlier
         vectors = await self._embed_all(principal, [item.value for item in items])
         # A remote provider is called outside the transaction, which lets the claim go.
-        remote = self._embedder.remote
-        if key is not None and remote and (earlier := await self._claim(key)) is not None:
-            return earlier
+        if key is not None and self._embedder.remote:
+            earlier = await self._claim(principal, key)
+            if earlier is not None:
+                return earlier
         with self._nothing_named_if_refused():
             written = await self._write_items(principal, planned, vectors)
         answer = MemoryBatchWritten(items=written, count=len(written))
@@ -533,20 +534,20 @@ class MemoryService:
             await self._quotas.check_storage(self._session, principal.tenant_id)
         return written
 
-    async def _claim(self, key: idempotency.Key) -> BatchAnswer | None:
+    async def _claim(self, principal: Principal, key: idempotency.Key) -> BatchAnswer | None:
         """Hold `key` for this call's transaction; its stored answer if one came meanwhile."""
         if not await idempotency.try_lock(self._session, key):
             raise IdempotencyKeyInFlight(
                 "A request with this Idempotency-Key is still being carried out; retry "
                 "after Retry-After seconds to get its answer. Nothing was written."
             )
-        return await self._replay(key)
+        return await self._replay(principal, key)
 
     def _rejected(self, failures: list[tuple[int, Problem]], total: int) -> BatchRejected:
         self._facts.targets.clear()  # nothing was written: the refusal names no memory
         return batch_rejected(failures, total)
 
-    async def _replay(self, key: idempotency.Key) -> BatchAnswer | None:
+    async def _replay(self, principal: Principal, key: idempotency.Key) -> BatchAnswer | None:
         earlier = await idempotency.stored(self._session, key)
         if earlier is None:
             return None
@@ -555,18 +556,37 @@ class MemoryService:
                 "This Idempotency-Key answered another request body within the last 24 hours. "
                 "Nothing was written: send this body under a new key."
             )
-        if earlier.answer is None:
+        if earlier.answer is None or not await self._still_theirs(principal, earlier.memory_ids):
+            # One answer for every reason (deleted, expired, revoked, a grant taken away): the
+            # 410 tells the caller nothing about memories it may no longer see.
             raise IdempotencyAnswerGone(
-                "The request with this Idempotency-Key was carried out, but a memory its answer "
-                "named has since been deleted, retracted, revoked or erased, so the answer is "
-                "no longer kept. Nothing was written; read the memories (GET /v1/memories) "
-                "before writing under a new key."
+                "The request with this Idempotency-Key was carried out, but its answer can no "
+                "longer be given: a memory it named has since been deleted, retracted, revoked, "
+                "expired or erased, or is no longer yours to read or write. Nothing was "
+                "written; read the memories (GET /v1/memories) before writing under a new key."
             )
         answer = msgspec.json.decode(earlier.answer, type=MemoryBatchWritten)
         self._facts.add_targets(one.memory.id for one in answer.items)
         self._facts.count(answer.count)
         self._facts.reason = f"idempotent-replay:items={answer.count}"
         return BatchAnswer(answer, replayed=True, status=earlier.status)
+
+    async def _still_theirs(self, principal: Principal, memory_ids: Sequence[uuid.UUID]) -> bool:
+        """May the caller get a stored answer's memories now, as a fresh write would give
+        them: each still readable through Visible (any version; not expired, revoked,
+        retracted or gone; audience included), in a space the caller may still write. Asked
+        at every replay, so a grant revoked, a team left or a delegation narrowed since the
+        batch answers 410 instead of handing back the values."""
+        if not memory_ids:
+            return True
+        wanted = list(dict.fromkeys(memory_ids))
+        found = await repository.readable_sources(
+            self._session, visible(principal, Action.READ), wanted
+        )
+        if len(found) != len(wanted):
+            return False
+        writable = set((await write_targets(self._session, principal)).writable)
+        return all(space_id in writable for _, space_id, _ in found)
 
     async def _embed_all(self, principal: Principal, texts: list[str]) -> list[list[float]]:
         """`_embed` for a batch: one provider call, one embedding call of quota per text."""

@@ -38,6 +38,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 from service.auth.principal import Principal
 from service.db.session import create_sessionmaker
 from service.db.tenancy import name_tenant
+from service.problems import InvalidRequest
 from service.quotas.problems import Bitten, RateLimited, quota_exceeded, rate_limited
 from service.quotas.schemas import Limits, burst_of
 from service.quotas.service import TENANT_SCOPE, all_limits_of, counted_usage
@@ -281,10 +282,26 @@ class Quotas:
 
     async def admit_embeddings(self, tenant_id: uuid.UUID, count: int) -> None:
         """`count` embedding calls at once (a batch write: one per item), or none: a refusal
-        gives back what the batch took before it."""
+        gives back what the batch took before it. More than the bucket ever holds (its
+        burst, a minute's calls) is 422 naming the largest batch the quota admits: a 429
+        would tell the client to retry a batch that can never pass."""
         per_minute = (await self.limits(tenant_id)).tenant.embedding_calls_per_minute
         if per_minute is None:
             return
+        if count > per_minute:
+            raise InvalidRequest(
+                f"The batch has {count} items, and the tenant's embedding quota admits at most "
+                f"{per_minute} embedding calls at once ({per_minute} a minute; one per item). "
+                f"Nothing was written: send at most {per_minute} items per batch.",
+                errors=[
+                    {
+                        "field": "items",
+                        "source": "body",
+                        "message": f"Expected at most {per_minute} items (the embedding quota)",
+                    }
+                ],
+                max_items=per_minute,
+            )
         rate = _Rate(
             "embeddings", "tenant-embeddings", per_minute / 60, per_minute, "embedding calls"
         )

@@ -17,6 +17,7 @@ The mappings are stated in docs/import-export.md. No function here talks to a se
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 from collections.abc import Iterator
@@ -33,6 +34,10 @@ RESERVED_SOURCE = "memgate:"
 them, an import never writes them."""
 _NOT_KEY = re.compile(r"[^A-Za-z0-9_.:/-]")
 _NOT_SUBJECT = re.compile(r"[\s\x00-\x1f]")
+LONGEST = 200
+"""The longest key and subject memgate takes."""
+HASHED = 12
+"""Hex digits of the original id's SHA-256 an id that had to be changed or cut ends with."""
 
 Body = dict[str, Any]
 
@@ -247,14 +252,28 @@ def _subject(line: dict[str, Any], names: tuple[str, ...], fallback: str) -> str
         value = line.get(name)
         if isinstance(value, str | int) and str(value):
             kind = name.removesuffix("_id")
-            return f"{kind}:{_NOT_SUBJECT.sub('_', str(value))}"[:200]
+            return _fitted(f"{kind}:", str(value), _NOT_SUBJECT)
     return f"{fallback}:unknown"
 
 
 def _key(prefix: str, item_id: str) -> str:
     """A key from the source's id: the same record imported twice supersedes itself instead of
     living twice."""
-    return f"{prefix}.{_NOT_KEY.sub('_', item_id)}"[:200]
+    return _fitted(f"{prefix}.", item_id, _NOT_KEY)
+
+
+def _fitted(prefix: str, original: str, forbidden: re.Pattern[str]) -> str:
+    """`prefix` + `original` as a key or subject may hold it: at most `LONGEST` characters,
+    none `forbidden` (replaced by `_`). An id that had to be changed or cut ends with
+    `.` and a hash of the original, so two ids that differ only where they were changed
+    (`note 1` and `note_1`), or past the cut, stay two keys (two subjects); the same id
+    always gives the same name. An id that fits is kept as it is."""
+    cleaned = forbidden.sub("_", original)
+    if cleaned == original and len(prefix) + len(original) <= LONGEST:
+        return prefix + original
+    digest = hashlib.sha256(original.encode("utf-8", "surrogatepass")).hexdigest()[:HASHED]
+    room = LONGEST - len(prefix) - 1 - HASHED
+    return f"{prefix}{cleaned[:room]}.{digest}"
 
 
 def _when(text: str) -> datetime:

@@ -3,12 +3,14 @@
 **Import** reads the file line by line (never the whole file), maps each line to write bodies
 (formats.py) and sends them in batches of `POST /v1/memories:batch`, cut at line boundaries
 (a line holding more items than a batch is spread over several). Each batch has an
-`Idempotency-Key` made from where it starts and what it holds, so sending it again — after a
-timeout, a dropped connection, or a kill and a re-run — answers the stored answer instead of
-writing twice. The state file records, atomically after every committed batch, the position
-after it (a byte offset of a line, and how many items of that line are done) and, while a batch
-is out, its key: a re-run starts at that position and neither loses nor repeats a memory. The
-state file goes when the import is done.
+`Idempotency-Key` made from the run's id (random, kept in the state file), where the batch
+starts and what it holds, so sending it again — after a timeout, a dropped connection, or a
+kill and a re-run — answers the stored answer instead of writing twice, while a new run of
+the same file (after the last one finished) writes it again. The state file records,
+atomically after every committed batch, the position after it (a byte offset of a line, and
+how many items of that line are done) and, while a batch is out, its key and where it ends: a
+re-run starts at that position, cuts that batch again where it ended, and neither loses nor
+repeats a memory. The state file goes when the import is done.
 
 **Export** pages `GET /v1/memories` (what the caller may read, live versions) into JSONL in the
 memgate import format; the state file records the cursor of the next page and the output's
@@ -20,7 +22,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import secrets
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -92,13 +96,30 @@ class Progress:
 
 
 def _save(path: Path, state: dict[str, Any]) -> None:
-    """Atomically: a kill leaves the old state or the new one, never half of one."""
-    temporary = path.with_name(path.name + ".tmp")
-    with temporary.open("w") as out:
-        json.dump(state, out)
-        out.flush()
-        os.fsync(out.fileno())
-    temporary.replace(path)
+    """Atomically: a kill leaves the old state or the new one, never half of one. The new
+    state is written to a fresh file of a random name (mkstemp: O_EXCL, mode 0600), so a
+    name planted in a shared directory (a symlink) is never written through, and the state
+    (the file's name, the batch keys) is the owner's only, then renamed over the old one."""
+    descriptor, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(descriptor, "w") as out:
+            json.dump(state, out)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(name, path)
+    except BaseException:
+        Path(name).unlink(missing_ok=True)
+        raise
+
+
+def _create_private(path: Path) -> None:
+    """`path` empty and readable by its owner only (0600 whatever the umask, an existing file
+    too: an export holds every memory value the caller may read)."""
+    descriptor = os.open(path, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o600)
+    try:
+        os.fchmod(descriptor, 0o600)
+    finally:
+        os.close(descriptor)
 
 
 def _load(path: Path) -> dict[str, Any] | None:
@@ -129,8 +150,12 @@ class ImportRun:
     skip_invalid: bool = False
     progress_stream: IO[str] = field(default_factory=lambda: sys.stderr)
     imported: int = 0
+    replayed: int = 0
+    """Of `imported`, the memories of batches an earlier attempt of this run had committed
+    (the server answered their stored answers: written once, counted once)."""
     skipped: int = 0
     rejected: int = 0
+    run_id: str = ""
 
     def run(self) -> dict[str, Any]:
         size = self.source.stat().st_size
@@ -142,7 +167,17 @@ class ImportRun:
                 "state file to import it from the start"
             )
         start = Position(**state.get("position", {}))
+        # A run's batch keys begin with its id: a new run (no state) never takes the answers
+        # an earlier, finished run of the same file left with the server for their 24 hours.
+        self.run_id = str(state.get("run") or secrets.token_hex(8))
         self.imported = int(state.get("imported", 0))
+        self.replayed = int(state.get("replayed", 0))
+        # The batch size the server taught an earlier attempt (a 422 with `max_items`), and where
+        # the batch that was out when it stopped ended: that batch is cut there again, so it is
+        # sent under the same key and, if it had committed, replayed, not written twice.
+        self.batch_size = min(self.batch_size, int(state.get("batch_size") or self.batch_size))
+        until = state.get("in_flight_until") if state.get("in_flight") else None
+        cut = None if until is None else Position(**until)
         self.skipped = int(state.get("skipped", 0))
         self.rejected = int(state.get("rejected", 0))
         progress = Progress("import", size, self.progress_stream)
@@ -163,7 +198,11 @@ class ImportRun:
                 item.skipped += waiting
                 waiting = 0
                 batch.append(item)
-                if len(batch) >= self.batch_size:
+                if cut is not None and _beyond(item.after, cut):
+                    cut = None  # the recorded end is not an item's end (cannot happen): as usual
+                full = (item.after == cut) if cut is not None else len(batch) >= self.batch_size
+                if full:
+                    cut = None
                     position = self._send(batch, position, size)
                     progress.show(self.imported, self.skipped, position.offset)
                     batch = []
@@ -174,6 +213,7 @@ class ImportRun:
         self.state_file.unlink(missing_ok=True)
         return {
             "imported": self.imported,
+            "replayed": self.replayed,
             "skipped": self.skipped,
             "rejected": self.rejected,
             "seconds": round(time.monotonic() - began, 3),
@@ -208,11 +248,16 @@ class ImportRun:
     def _parse(self, text: bytes, number: int, now: datetime) -> list[Body | Skipped]:
         try:
             return list(records(_json_object(text), self.fmt, now))
+        except RecursionError:
+            raise self._bad_line(number, "nested too deeply") from None
         except (ValueError, BadRecord) as exc:  # json.JSONDecodeError is a ValueError
-            raise TransferFailed(
-                f"{self.source}:{number}: not a {self.fmt} record: {exc}. Nothing of this line "
-                "or later was imported; fix it and run the command again (it resumes here)."
-            ) from None
+            raise self._bad_line(number, str(exc)) from None
+
+    def _bad_line(self, number: int, why: str) -> TransferFailed:
+        return TransferFailed(
+            f"{self.source}:{number}: not a {self.fmt} record: {why}. Nothing of this line "
+            "or later was imported; fix it and run the command again (it resumes here)."
+        )
 
     def _target(self, body: Body) -> Body:
         # Records of one subject under many keys are distinct facts: past the write gate.
@@ -223,8 +268,8 @@ class ImportRun:
 
     def _send(self, batch: list[Item], before: Position, size: int) -> Position:
         while True:
-            key = _batch_key(before, [item.body for item in batch])
-            self._checkpoint(before, size, in_flight=key)
+            key = _batch_key(self.run_id, before, [item.body for item in batch])
+            self._checkpoint(before, size, in_flight=key, until=batch[-1].after)
             answer = self.server.call(
                 "POST",
                 BATCH_PATH,
@@ -232,11 +277,21 @@ class ImportRun:
                 headers={"Idempotency-Key": key},
             )
             if answer.status_code == 201:
-                self.imported += int(answer.json()["count"])
+                count = int(answer.json()["count"])
+                self.imported += count
+                if answer.headers.get("idempotent-replayed") == "true":
+                    self.replayed += count
                 self.skipped += sum(item.skipped for item in batch)
                 after = batch[-1].after
                 self._checkpoint(after, size, in_flight=None)
                 return after
+            largest = _largest_batch(answer, len(batch))
+            if largest is not None:  # the server (or the tenant's quota) takes fewer at once
+                self.batch_size = largest
+                position = before
+                for start in range(0, len(batch), largest):
+                    position = self._send(batch[start : start + largest], position, size)
+                return position
             try:
                 batch = self._refused(answer, batch)
             except _AllRejected as gone:
@@ -270,16 +325,27 @@ class ImportRun:
             raise _AllRejected(batch[-1].after)
         return kept
 
-    def _checkpoint(self, position: Position, size: int, *, in_flight: str | None) -> None:
+    def _checkpoint(
+        self,
+        position: Position,
+        size: int,
+        *,
+        in_flight: str | None,
+        until: Position | None = None,
+    ) -> None:
         _save(
             self.state_file,
             {
+                "run": self.run_id,
                 "input": str(self.source),
                 "size": size,
                 "format": self.fmt,
                 "position": position.__dict__,
                 "in_flight": in_flight,
+                "in_flight_until": None if until is None else until.__dict__,
+                "batch_size": self.batch_size,
                 "imported": self.imported,
+                "replayed": self.replayed,
                 "skipped": self.skipped,
                 "rejected": self.rejected,
             },
@@ -298,12 +364,29 @@ class _AllRejected(Exception):
         self.after = after
 
 
-def _batch_key(start: Position, bodies: list[Body]) -> str:
-    """The same batch from the same place has the same key (a re-run after a kill sends the
-    batch that was in flight again, and gets its stored answer if it had committed)."""
+def _beyond(position: Position, end: Position) -> bool:
+    return (position.offset, position.done) > (end.offset, end.done)
+
+
+def _largest_batch(answer: Any, sent: int) -> int | None:
+    """The `max_items` of a 422 that refused the batch for its size alone (more items than
+    MEMGATE_BATCH_MAX_ITEMS, or than the tenant's embedding quota admits at once)."""
+    if answer.status_code != 422 or not answer.headers.get("content-type", "").endswith("json"):
+        return None
+    body = answer.json()
+    largest = body.get("max_items") if isinstance(body, dict) else None
+    if isinstance(largest, int) and not isinstance(largest, bool) and 1 <= largest < sent:
+        return largest
+    return None
+
+
+def _batch_key(run_id: str, start: Position, bodies: list[Body]) -> str:
+    """Within one run, the same batch from the same place has the same key (a re-run after a
+    kill resumes the run: it sends the batch that was in flight again, and gets its stored
+    answer if it had committed). Another run of the same file has another `run_id`."""
     digest = hashlib.sha256(f"{start.offset}:{start.done}:".encode())
     digest.update(json.dumps(bodies, sort_keys=True, separators=(",", ":")).encode())
-    return "import-" + digest.hexdigest()[:48]
+    return f"import-{run_id}-{digest.hexdigest()[:48]}"
 
 
 # -- export ----------------------------------------------------------------------------------
@@ -352,7 +435,7 @@ class ExportRun:
         began = time.monotonic()
         if state is None:
             cursor, written, length = None, 0, 0
-            self.target.write_bytes(b"")
+            _create_private(self.target)
         else:
             cursor, written, length = state["cursor"], int(state["written"]), int(state["bytes"])
         out = self.target.open("r+b")

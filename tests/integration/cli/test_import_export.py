@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import tempfile
 import time
@@ -114,7 +115,10 @@ def test_ten_thousand_memories_import_with_progress_and_resume_after_a_kill(
         for i in range(TEN_THOUSAND):
             record = {"subject": f"user:{i % 97}", "kind": "fact", "key": f"bulk.{i}"}
             out.write(json.dumps(record | {"value": f"bulk memory {i}"}) + "\n")
+    # 600 a batch is more than the server's 500 (MEMGATE_BATCH_MAX_ITEMS): its 422 names 500
+    # (`max_items`), the import splits that batch and sends 500 at a time from then on.
     command = [*MEMGATE, "import", str(source), *tenant.args(), "--url", server.url]
+    command += ["--batch-size", "600"]
     first = subprocess.Popen(  # noqa: S603 (our own CLI)
         command, env=server.env, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True
     )
@@ -133,6 +137,7 @@ def test_ten_thousand_memories_import_with_progress_and_resume_after_a_kill(
     state = json.loads((tmp_path / "bulk.jsonl.state").read_text())
     assert state["position"]["offset"] > 0
     assert state["imported"] >= 1500
+    assert state["batch_size"] == 500
     assert state["imported"] < TEN_THOUSAND
 
     again = subprocess.run(  # noqa: S603 (our own CLI)
@@ -279,6 +284,7 @@ def test_a_batch_with_one_bad_record_writes_nothing(server: Server, tmp_path: Pa
     assert skipping.returncode == 0, skipping.stderr
     assert json.loads(skipping.stdout) | {"seconds": 0} == {
         "imported": 5,
+        "replayed": 0,
         "skipped": 0,
         "rejected": 1,
         "seconds": 0,
@@ -294,3 +300,94 @@ def test_the_bootstrap_admin_is_the_default_client(server: Server, tmp_path: Pat
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["imported"] == 1
     assert time.monotonic() - started < 60
+
+
+def _facts(path: Path, n: int = 3, value: str = "original") -> None:
+    lines = (
+        json.dumps(
+            {"subject": "service:rt", "kind": "fact", "key": f"rt.{i}", "value": f"{value} {i}"}
+        )
+        for i in range(n)
+    )
+    path.write_text("".join(line + "\n" for line in lines))
+
+
+def test_an_export_file_is_readable_by_its_owner_only(server: Server, tmp_path: Path) -> None:
+    tenant = new_tenant(server, "modes")
+    source = tmp_path / "in.jsonl"
+    _facts(source, value="a private note")
+    url = ["--url", server.url]
+    assert server.run("import", str(source), *tenant.args(), *url).returncode == 0
+    fresh, reused = tmp_path / "out.jsonl", tmp_path / "old.jsonl"
+    reused.write_text("an older file\n")
+    reused.chmod(0o644)
+    old = os.umask(0o022)  # the usual login umask
+    try:
+        done = [server.run("export", str(path), *tenant.args(), *url) for path in (fresh, reused)]
+    finally:
+        os.umask(old)
+    assert [one.returncode for one in done] == [0, 0], [one.stderr for one in done]
+    for path in (fresh, reused):  # every memory value of the tenant: not for other users
+        assert "a private note" in path.read_text()
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+
+
+def test_importing_a_file_again_writes_it_again(server: Server, tmp_path: Path) -> None:
+    """A finished import leaves no state: running it again (within the keys' 24 h) is a new
+    run, not a retry of the first one's batches (whose answers the server still keeps)."""
+    tenant = new_tenant(server, "again")
+    source = tmp_path / "notes.jsonl"
+    _facts(source)
+    url = ["--url", server.url]
+    assert server.run("import", str(source), *tenant.args(), *url).returncode == 0
+    headers = tenant.headers(server)
+    [victim] = [m for m in memories(server, tenant) if m["key"] == "rt.1"]
+    gone = httpx.delete(f"{server.url}/v1/memories/{victim['id']}", headers=headers, timeout=30)
+    assert gone.status_code == 204, gone.text
+    changed = httpx.post(
+        f"{server.url}/v1/memories",
+        json={"subject": "service:rt", "kind": "fact", "key": "rt.0", "value": "changed"},
+        headers=headers,
+        timeout=30,
+    )
+    assert changed.status_code == 201, changed.text
+    again = server.run("import", str(source), *tenant.args(), *url)
+    assert again.returncode == 0, again.stderr  # not 410 idempotency-answer-gone
+    assert json.loads(again.stdout) | {"seconds": 0} == {
+        "imported": 3,
+        "replayed": 0,
+        "skipped": 0,
+        "rejected": 0,
+        "seconds": 0,
+    }
+    values = {m["key"]: m["value"] for m in memories(server, tenant)}
+    assert values == {"rt.0": "original 0", "rt.1": "original 1", "rt.2": "original 2"}
+
+
+def test_the_state_file_is_not_written_through_a_planted_symlink(
+    server: Server, tmp_path: Path
+) -> None:
+    tenant = new_tenant(server, "symlink")
+    source = tmp_path / "shared.jsonl"
+    _facts(source)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    # Another user of a shared directory plants the temporary name the state was saved under.
+    (tmp_path / "shared.jsonl.state.tmp").symlink_to(victim)
+    done = server.run("import", str(source), *tenant.args(), "--url", server.url)
+    assert done.returncode == 0, done.stderr
+    assert victim.read_text() == "precious\n"
+
+
+def test_a_deeply_nested_line_is_a_one_line_error(server: Server, tmp_path: Path) -> None:
+    tenant = new_tenant(server, "deep")
+    source = tmp_path / "deep.jsonl"
+    nested = "[" * 100_000 + "]" * 100_000
+    source.write_text(
+        f'{{"subject": "s", "kind": "fact", "key": "k", "value": "v", "metadata": {nested}}}\n'
+    )
+    done = server.run("import", str(source), *tenant.args(), "--url", server.url)
+    assert done.returncode == 1, done.stderr[-500:]
+    assert "Traceback" not in done.stderr, done.stderr[-800:]
+    assert done.stderr.startswith(f"memgate import: {source}:1: "), done.stderr[-800:]
+    assert len(done.stderr.splitlines()) == 1

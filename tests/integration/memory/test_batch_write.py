@@ -237,6 +237,31 @@ async def test_the_batch_spends_one_embedding_call_per_item(api: Api) -> None:
     assert await count_memories(api.runtime) == before + 3
 
 
+async def test_a_batch_larger_than_the_embedding_quota_is_refused_not_told_to_retry(
+    api: Api,
+) -> None:
+    """More items than the tenant's embedding calls per minute can never be admitted (the
+    bucket never holds that many): 422 naming the largest batch, not a 429 retried forever."""
+    platform = await Api.platform(api.http, api.runtime)
+    limits = await api.http.put(
+        f"/v1/tenants/{api.tenant_id}/limits",
+        json={"embedding_calls_per_minute": 3},
+        headers=platform.admin.headers,
+    )
+    assert limits.status_code == 200, limits.text
+    api.runtime.quotas.forget()
+    alice = await api.new_agent("alice")
+    before = await count_memories(api.runtime)
+    refused = await batch(api, alice, [item(f"q{i}") for i in range(4)])
+    body = assert_problem(refused, 422, "invalid-request")
+    assert body["max_items"] == 3
+    assert "retry-after" not in refused.headers
+    # The refusal spent none of the minute's calls: a batch of the size it named passes.
+    done = await batch(api, alice, [item(f"q{i}") for i in range(3)])
+    assert done.status_code == 201, done.text
+    assert await count_memories(api.runtime) == before + 3
+
+
 async def test_the_mcp_tool_writes_a_batch_like_rest(api: Api) -> None:
     from tests.integration.mcp.support import error_text, mcp_session, payload, serving
 

@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
+import httpx
 import msgspec
 import pytest
 
 from service.memory.schemas import MemoryCreate
+from service.transfer.client import Credentials, Server, TransferFailed
 from service.transfer.formats import BadRecord, Format, Skipped, records
-from service.transfer.run import export_record
+from service.transfer.run import ImportRun, _save, export_record
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "transfer"
 NOW = datetime(2026, 12, 2, tzinfo=UTC)
@@ -147,3 +151,148 @@ def test_an_exported_memory_reads_back_as_the_same_write() -> None:
         "value": "Fridays",
         "source": "runbook",
     }
+
+
+def _mem0(memory_id: str, user_id: str, text: str) -> dict[str, Any]:
+    return {"id": memory_id, "memory": text, "user_id": user_id}
+
+
+def _one(line: dict[str, Any], fmt: Format) -> dict[str, Any]:
+    [body] = records(line, fmt, NOW)
+    assert isinstance(body, dict)
+    return body
+
+
+def test_ids_that_had_to_be_changed_do_not_collide() -> None:
+    """`note 1` and `note_1` are two mem0 records: the key of an id that had characters
+    replaced (or was cut) ends with a hash of the original id, so neither supersedes the
+    other; an id that fits stays as it was."""
+    one, two = (
+        _one(_mem0("note 1", "u1", "first"), "mem0"),
+        _one(_mem0("note_1", "u1", "b"), "mem0"),
+    )
+    assert two["key"] == "mem0.note_1"
+    assert one["key"].startswith("mem0.note_1.")
+    assert one["key"] != two["key"]
+    assert one == _one(_mem0("note 1", "u1", "first"), "mem0")  # the same record, the same key
+
+
+def test_long_ids_sharing_a_prefix_do_not_collide() -> None:
+    prefix = "f" * 195
+    keys = {
+        _one({"uuid": prefix + tail, "fact": "a fact", "user_id": "u"}, "zep")["key"]
+        for tail in ("-aaaa", "-bbbb")
+    }
+    assert len(keys) == 2
+    assert all(len(key) <= 200 for key in keys)
+
+
+def test_two_users_are_two_subjects() -> None:
+    one = _one(_mem0("m1", "alice smith", "alice's"), "mem0")
+    two = _one(_mem0("m2", "alice_smith", "the other alice's"), "mem0")
+    assert two["subject"] == "user:alice_smith"
+    assert one["subject"] != two["subject"]
+    long_users = [_one(_mem0("m", "u" * 300 + tail, "x"), "mem0")["subject"] for tail in "ab"]
+    assert len(set(long_users)) == 2
+    assert all(len(s) <= 200 for s in long_users)
+
+
+def test_the_state_file_is_the_owners_only_and_follows_no_planted_link(tmp_path: Path) -> None:
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    state = tmp_path / "run.state"
+    (tmp_path / "run.state.tmp").symlink_to(victim)  # the name an older version wrote through
+    old = os.umask(0o022)
+    try:
+        _save(state, {"position": 1})
+        _save(state, {"position": 2})
+    finally:
+        os.umask(old)
+    assert json.loads(state.read_text()) == {"position": 2}
+    assert stat.S_IMODE(state.stat().st_mode) == 0o600
+    assert victim.read_text() == "precious\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "run.state",
+        "run.state.tmp",
+        "victim.txt",
+    ]
+
+
+def test_a_deeply_nested_line_is_a_bad_line_not_a_crash(tmp_path: Path) -> None:
+    source = tmp_path / "deep.jsonl"
+    source.write_text('{"subject": "s", "metadata": ' + "[" * 100_000 + "]" * 100_000 + "}\n")
+    run = ImportRun(
+        Server("http://127.0.0.1:9", Credentials("c", "s")), source, "memgate", tmp_path / "st"
+    )
+    with pytest.raises(TransferFailed, match=r"deep.jsonl:1: not a memgate record"):
+        run.run()
+
+
+class _Recorder:
+    """The batch route as the import sees it: records what it is sent, answers 201 (a
+    replay for a key it has answered), or 422 `max_items` for a batch above `largest`."""
+
+    def __init__(self, largest: int) -> None:
+        self.largest, self.sent, self.answered = largest, list[tuple[str, int]](), set[str]()
+        self.url = "http://memgate.test"
+
+    def call(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        items, key = kwargs["json"]["items"], kwargs["headers"]["Idempotency-Key"]
+        self.sent.append((key, len(items)))
+        if len(items) > self.largest:
+            body = {"type": "invalid-request", "max_items": self.largest}
+            return httpx.Response(422, json=body, headers={"content-type": "application/json"})
+        replayed = {"Idempotent-Replayed": "true"} if key in self.answered else {}
+        self.answered.add(key)
+        return httpx.Response(201, json={"count": len(items)}, headers=replayed)
+
+
+def _lines(path: Path, n: int) -> None:
+    path.write_text(
+        "".join(
+            json.dumps({"subject": "s", "kind": "fact", "key": f"k{i}", "value": "v"}) + "\n"
+            for i in range(n)
+        )
+    )
+
+
+def test_a_split_batch_in_flight_is_cut_the_same_way_on_resume(tmp_path: Path) -> None:
+    """Batches of 5 the server takes 3 of: split 3 + 2. Stopped while the 2 were out, the
+    re-run sends exactly those 2 again under their key (replayed), then batches of 3."""
+    source, state = tmp_path / "in.jsonl", tmp_path / "in.state"
+    _lines(source, 9)
+    server = _Recorder(largest=3)
+    first = ImportRun(cast(Server, server), source, "memgate", state, batch_size=5)
+    first.run()
+    assert [n for _, n in server.sent] == [5, 3, 2, 3, 1]
+    # As a kill leaves it: the state as it stood while the batch of 2 was out.
+    tail_key = server.sent[2][0]
+    run_id = tail_key.split("-")[1]
+    saved = {
+        "run": run_id,
+        "input": str(source),
+        "size": source.stat().st_size,
+        "format": "memgate",
+        "position": {
+            "offset": len(source.read_bytes().splitlines(keepends=True)[0]) * 3,
+            "line": 4,
+            "done": 0,
+        },
+        "in_flight": tail_key,
+        "in_flight_until": {
+            "offset": len(source.read_bytes().splitlines(keepends=True)[0]) * 5,
+            "line": 6,
+            "done": 0,
+        },
+        "imported": 3,
+        "replayed": 0,
+        "skipped": 0,
+        "rejected": 0,
+        "batch_size": 3,
+    }
+    _save(state, saved)
+    server.sent.clear()
+    done = ImportRun(cast(Server, server), source, "memgate", state, batch_size=5).run()
+    assert server.sent[0] == (tail_key, 2)
+    assert [n for _, n in server.sent] == [2, 3, 1]
+    assert (done["imported"], done["replayed"]) == (9, 2 + 3 + 1)
