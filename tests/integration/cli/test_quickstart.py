@@ -109,8 +109,8 @@ def test_the_quickstart_runs_as_written(server: Server) -> None:
     # MCP: the same agent token lists the tools, remembers and recalls what it remembered.
     tools, remembered, *recalled = printed
     assert tools == (
-        "tools: remember, recall, get_memory, memory_history, revert_memory, list_memories, "
-        "count_memories, forget, request_consolidation"
+        "tools: remember, remember_many, recall, get_memory, memory_history, revert_memory, "
+        "list_memories, count_memories, forget, request_consolidation"
     )
     assert remembered.startswith("remembered deploy.freeze version 1 ")
     mcp_memory = remembered.rsplit(" ", 1)[1]
