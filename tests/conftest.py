@@ -8,6 +8,7 @@ import os
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -179,6 +180,21 @@ async def acme_template(
     )
 
 
+@contextmanager
+def cloned_database(
+    pg_server: str, template: str = TEMPLATE_DB, prefix: str = "t"
+) -> Iterator[str]:
+    """A fresh database cloned from `template`, dropped afterwards."""
+    name = f"{prefix}_{uuid.uuid4().hex[:16]}"
+    with psycopg.connect(pg_server, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+    try:
+        yield with_database(pg_server, name)
+    finally:
+        with psycopg.connect(pg_server, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
 @pytest.fixture
 def database_url(request: pytest.FixtureRequest, pg_server: str, template_db: str) -> Iterator[str]:
     """A fresh database: a clone of the acme template for a test that asks for `api`, else of
@@ -187,12 +203,8 @@ def database_url(request: pytest.FixtureRequest, pg_server: str, template_db: st
     if "api" in request.fixturenames:
         request.getfixturevalue("acme_template")
         template = ACME_TEMPLATE_DB
-    name = f"t_{uuid.uuid4().hex[:16]}"
-    with psycopg.connect(pg_server, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
-    yield with_database(pg_server, name)
-    with psycopg.connect(pg_server, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with cloned_database(pg_server, template) as url:
+        yield url
 
 
 @pytest.fixture(scope="session")

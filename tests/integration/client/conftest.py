@@ -8,13 +8,11 @@ module here, and a test can watch a token expire without a long sleep."""
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 
-import psycopg
 import pytest
 from memgate_client import AsyncMemgate, ClientCredentials, RetryPolicy
 from memgate_client.types import ClientCreated, PrincipalKind
@@ -22,8 +20,8 @@ from memgate_client.types import ClientCreated, PrincipalKind
 from service.embeddings import Embedder
 from service.identity.service import create_tenant
 from service.runtime import Runtime, build_runtime
-from tests.conftest import TEMPLATE_DB, make_settings
-from tests.fixtures.postgres import app_login, with_database
+from tests.conftest import cloned_database, make_settings
+from tests.fixtures.postgres import app_login
 from tests.integration.mcp.support import serving
 
 TOKEN_TTL = 3
@@ -34,12 +32,8 @@ MEMORY_SCOPES = ["read:memory", "write:memory", "delete:memory"]
 
 @pytest.fixture(scope="module")
 def module_database_url(pg_server: str, template_db: str) -> Iterator[str]:
-    name = f"c_{uuid.uuid4().hex[:16]}"
-    with psycopg.connect(pg_server, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{TEMPLATE_DB}"')
-    yield with_database(pg_server, name)
-    with psycopg.connect(pg_server, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with cloned_database(pg_server, prefix="c") as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

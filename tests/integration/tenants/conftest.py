@@ -4,11 +4,9 @@ changed nothing, which is also what makes the sharing sound."""
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
-import psycopg
 import pytest
 from litestar.testing import AsyncTestClient
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -17,20 +15,16 @@ from service.app import create_app
 from service.db.session import create_engine
 from service.embeddings import Embedder
 from service.runtime import Runtime, build_runtime
-from tests.conftest import PUBLIC_URL, TEMPLATE_DB, make_settings
+from tests.conftest import PUBLIC_URL, cloned_database, make_settings
 from tests.fixtures.api import Api, TestClient
-from tests.fixtures.postgres import app_login, with_database
+from tests.fixtures.postgres import app_login
 from tests.integration.tenants.world import World, seed_world
 
 
 @pytest.fixture(scope="module")
 def module_database_url(pg_server: str, template_db: str) -> Iterator[str]:
-    name = f"m_{uuid.uuid4().hex[:16]}"
-    with psycopg.connect(pg_server, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{TEMPLATE_DB}"')
-    yield with_database(pg_server, name)
-    with psycopg.connect(pg_server, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with cloned_database(pg_server, prefix="m") as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
