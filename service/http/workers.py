@@ -10,6 +10,7 @@ that builds its own runtime and app and accepts on that socket. See docs/archite
 
 from __future__ import annotations
 
+import asyncio
 import multiprocessing
 import os
 import queue
@@ -187,6 +188,20 @@ def worker_settings(settings: Settings, index: int) -> Settings:
     )
 
 
+ORPHAN_CHECK_SECONDS = 1.0
+"""How often a worker checks that the `serve` that started it still runs."""
+
+
+async def _exit_when_orphaned(parent: int) -> None:
+    """A worker whose parent died without stopping it (SIGKILL, OOM) exits within a second,
+    instead of serving on, unsupervised, on the socket it inherited: nothing would ever stop
+    it, and the next `serve` would find its port taken."""
+    while os.getppid() == parent:  # noqa: ASYNC110 (no event tells a process its parent died)
+        await asyncio.sleep(ORPHAN_CHECK_SECONDS)
+    _log.error("worker_orphaned", parent=parent)
+    os._exit(1)
+
+
 def serve_worker(index: int, sock: socket.socket, ready: Any, settings: Settings, url: str) -> None:
     """A worker process's body (spawned, so it sets up logging and telemetry itself): its own
     runtime (pool, verifier, embedder) and app on the parent's socket, until SIGTERM, SIGINT or
@@ -209,11 +224,15 @@ def serve_worker(index: int, sock: socket.socket, ready: Any, settings: Settings
         if part
     )
 
+    parent = os.getppid()
+
     async def main() -> None:
+        watch = asyncio.create_task(_exit_when_orphaned(parent))
         runtime = await _runtime(settings, url, None)
         try:
             await _listen(settings, runtime, lambda: ready.put(index), sock)
         finally:
+            watch.cancel()
             await runtime.close()
 
     # The stop signals first: the parent may stop a worker that is still starting.

@@ -13,6 +13,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -190,16 +191,35 @@ def test_a_signal_stops_the_server_and_its_database_cleanly(server: Server, how:
     assert "killing it instead" not in output, output
 
 
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is `pid` (from /proc), but for multiprocessing's tracker."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with suppress(OSError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            command = (stat.parent / "cmdline").read_bytes()
+            if int(fields[1]) == pid and b"spawn_main" in command:
+                found.append(int(stat.parent.name))
+    return found
+
+
 def test_an_orphaned_cluster_is_adopted_and_stopped(server: Server) -> None:
     """A server killed outright (SIGKILL, OOM) leaves its cluster; the next command takes it
-    over, since nothing else owns it, and stops it when done."""
+    over, since nothing else owns it, and stops it when done. Its workers do not serve on
+    unsupervised: each exits once it finds its parent gone."""
     server.start()
     orphan = _postmaster_pid(server.data_dir)
     assert orphan is not None
     assert server.process is not None
+    workers = _children(server.process.pid)
+    assert workers  # the fixture's serve runs worker processes
     server.process.kill()
     server.wait()
     assert _alive(orphan)
+    deadline = time.monotonic() + 15
+    while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [pid for pid in workers if _alive(pid)]
     done = server.run("migrate")
     assert done.returncode == 0, done.stderr
     deadline = time.monotonic() + 30
