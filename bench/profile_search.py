@@ -1,9 +1,10 @@
-"""Where a search's time goes in a real `memgate serve`: a py-spy profile under load.
+"""Where a search's (or a write's) time goes in a real `memgate serve`: a py-spy profile under load.
 
     .venv/bin/python -m bench.profile_search [--seconds 15] [--concurrency 4] [--top 25]
+        [--operation search|write]
 
 Starts `memgate serve --workers 1` (bench.http_load's harness), seeds 500 memories, then drives
-searches from a separate process while `py-spy record` samples the worker at 200 Hz. Prints the
+searches (or single writes) from a separate process while `py-spy record` samples the worker at 200 Hz. Prints the
 share of samples (inclusive) of the frames that matter most: each line is "share, function
 (file)". Needs `py-spy` (`pip install py-spy`; root, or ptrace allowed).
 """
@@ -72,9 +73,10 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=15.0)
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--operation", choices=("search", "write"), default="search")
     args = parser.parse_args()
     spy = shutil.which("py-spy") or str(Path(HERE) / ".venv" / "bin" / "py-spy")
-    raw = Path(tempfile.mkdtemp(prefix="memgate-profile-")) / "search.txt"
+    raw = Path(tempfile.mkdtemp(prefix="memgate-profile-")) / f"{args.operation}.txt"
     with served(HERE, 1) as server:
         token = agent_token(server)
         run_level(Level(server.port, token, "write", 8, 500, 120.0, seed=0))
@@ -82,7 +84,10 @@ def main() -> None:
         load = threading.Thread(
             target=run_level,
             args=(
-                Level(server.port, token, "search", args.concurrency, 10**6, args.seconds + 3, 1),
+                Level(
+                    server.port, token, args.operation, args.concurrency, 10**6,
+                    args.seconds + 3, 1,
+                ),
             ),
         )
         load.start()
@@ -97,7 +102,7 @@ def main() -> None:
         )  # fmt: skip
         load.join()
     total, components, own = _inclusive_shares(raw)
-    print(f"{total} samples of the worker ({args.seconds:.0f} s, c={args.concurrency})")
+    print(f"{total} samples of the worker ({args.seconds:.0f} s, c={args.concurrency}): {raw}")
     print("inclusive share by component:")
     for name, n in components.most_common():
         print(f"  {100 * n / total:5.1f} %  {name}")

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from functools import cache
 from typing import Any, Protocol
 from typing import cast as cast_type
 
@@ -20,11 +21,13 @@ from sqlalchemy import (
     DateTime,
     Float,
     FromClause,
+    Insert,
     Integer,
     LargeBinary,
     Row,
     ScalarSelect,
     Select,
+    Table,
     Text,
     and_,
     any_,
@@ -45,12 +48,14 @@ from sqlalchemy.dialects.postgresql import ARRAY, JSONB, REGCONFIG, TSQUERY, UUI
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.sql.elements import NamedColumn
 
 from service.db.models import EMBEDDING_DIMENSIONS, Memory, MemoryRecall, Space
 from service.memory.reserved import RESERVED_KEYS, SUMMARY_KIND
 from service.policy.visible import (
     Action,
     Liveness,
+    PerShape,
     Visible,
     bound_values,
     live_rows_up_to,
@@ -303,14 +308,20 @@ async def lock_keys(
     and deleters take one key lock only."""
     subjects = sorted({_subject_lock(ref) for ref in gated})
     keys = sorted({_key_lock(ref) for ref in refs})
-    name = func.unnest(bindparam("lock_names", [*subjects, *keys], type_=ARRAY(Text)))
-    named = name.column_valued("name")
-    # unnest yields the names in array order, and the aggregate takes each lock as it goes.
-    locks = select(func.count(_advisory(named))).scalar_subquery()
-    row = (await session.execute(select(locks, func.clock_timestamp()))).one()
+    row = (await session.execute(_locks(), {"lock_names": [*subjects, *keys]})).one()
     now = row[-1]
     assert isinstance(now, datetime)
     return now
+
+
+@cache
+def _locks() -> Select[Any]:
+    """`lock_keys`'s statement, built once: its shape is the same for any number of names."""
+    name = func.unnest(bindparam("lock_names", [], type_=ARRAY(Text)))
+    named = name.column_valued("name")
+    # unnest yields the names in array order, and the aggregate takes each lock as it goes.
+    locks = select(func.count(_advisory(named))).scalar_subquery()
+    return select(locks, func.clock_timestamp())
 
 
 def _key_lock(ref: KeyRef) -> str:
@@ -326,17 +337,20 @@ def _advisory(name: str | ColumnElement[str]) -> ColumnElement[Any]:
     return func.pg_advisory_xact_lock(func.hashtextextended(name, 0))
 
 
-def _unnest(name: str, **columns: tuple[Any, Sequence[Any]]) -> Select[Any]:
-    """`SELECT * FROM unnest(:a, :b, ...) AS name(a, b, ...)`: rows given as one array
-    parameter per column (of the column's type), so the statement's text, and its compiled
-    form, are the same whatever the number of rows (a VALUES list is compiled anew per
-    length and binds a parameter per value)."""
-    arrays = [
-        bindparam(f"{name}_{column}", list(data), ARRAY(type_))
-        for column, (type_, data) in columns.items()
-    ]
+def _unnest(name: str, **columns: Any) -> Select[Any]:
+    """`SELECT * FROM unnest(:a, :b, ...) AS name(a, b, ...)` of columns of the given types:
+    rows given as one array parameter per column (`_unnested` names them), so the statement's
+    text, its compiled form and the statement object itself are the same whatever the number
+    of rows (a VALUES list is compiled anew per length and binds a parameter per value). Built
+    with empty arrays: a statement built once per shape takes its rows as parameters."""
+    arrays = [bindparam(f"{name}_{column}", [], ARRAY(type_)) for column, type_ in columns.items()]
     rows = func.unnest(*arrays).table_valued(*columns).render_derived(name=name)
     return select(*(rows.c[column] for column in columns))
+
+
+def _unnested(name: str, **columns: Sequence[Any]) -> dict[str, list[Any]]:
+    """The parameters of `_unnest(name, ...)`: one list per column, the rows in order."""
+    return {f"{name}_{column}": list(values) for column, values in columns.items()}
 
 
 def _pg_array(items: Sequence[object]) -> str:
@@ -388,15 +402,34 @@ async def live_keys_of_subjects(
     by that key, so offering them would leave the stale value live."""
     if not asked:
         return []
+    statement, params = _LIVE_KEYS(scope)
+    params |= _unnested(
+        "asked",
+        question=list(range(len(asked))),
+        space_id=[one.ref.space_id for one in asked],
+        subject=[one.ref.subject for one in asked],
+        kind=[one.ref.kind for one in asked],
+        read_requires=[_pg_array(one.ref.read_requires) for one in asked],
+        keys=[_pg_array(one.keys) for one in asked],
+        rows=[limit + 1 + len(one.keys) for one in asked],
+    )
+    rows = (await session.execute(statement, params)).all()
+    found: list[list[LiveKey]] = [[] for _ in asked]
+    for question, key, memory_id, start in rows:
+        found[question].append(LiveKey(key, memory_id, start))
+    return found
+
+
+def _build_live_keys(scope: Visible) -> Select[Any]:
     questions = _unnest(
         "asked",
-        question=(Integer, list(range(len(asked)))),
-        space_id=(UUID, [one.ref.space_id for one in asked]),
-        subject=(Text, [one.ref.subject for one in asked]),
-        kind=(Text, [one.ref.kind for one in asked]),
-        read_requires=(Text, [_pg_array(one.ref.read_requires) for one in asked]),
-        keys=(Text, [_pg_array(one.keys) for one in asked]),
-        rows=(Integer, [limit + 1 + len(one.keys) for one in asked]),
+        question=Integer,
+        space_id=UUID,
+        subject=Text,
+        kind=Text,
+        read_requires=Text,
+        keys=Text,
+        rows=Integer,
     ).subquery("questions")
     written_key = Memory.key == any_(cast(questions.c["keys"], ARRAY(Text)))
     live = (
@@ -411,18 +444,15 @@ async def live_keys_of_subjects(
         .limit(questions.c.rows)
         .lateral("live")
     )
-    rows = (
-        await session.execute(
-            select(questions.c.question, live.c.key, live.c.id, live.c.start)
-            .select_from(questions)
-            .join(live, literal(True))
-            .order_by(questions.c.question)
-        )
-    ).all()
-    found: list[list[LiveKey]] = [[] for _ in asked]
-    for question, key, memory_id, start in rows:
-        found[question].append(LiveKey(key, memory_id, start))
-    return found
+    return (
+        select(questions.c.question, live.c.key, live.c.id, live.c.start)
+        .select_from(questions)
+        .join(live, literal(True))
+        .order_by(questions.c.question)
+    )
+
+
+_LIVE_KEYS = PerShape(_build_live_keys)
 
 
 @dataclass(frozen=True)
@@ -477,20 +507,43 @@ async def supersede_many(
     answer is in the order of `writes`."""
     if not writes:
         return []
+    statement, params = _SUPERSEDE(scope)
+    params |= _unnested(
+        "given",
+        new_id=[one.new_id for one in writes],
+        space_id=[one.ref.space_id for one in writes],
+        subject=[one.ref.subject for one in writes],
+        kind=[one.ref.kind for one in writes],
+        key=[one.ref.key for one in writes],
+        read_requires=[_pg_array(one.ref.read_requires) for one in writes],
+        valid_from=[one.valid_from for one in writes],
+    )
+    params |= {"given_keys": sorted({one.ref.key for one in writes}), "supersede_now": at}
+    made: dict[uuid.UUID, Supersession] = {}
+    for new_id, previous_id, previous_version, superseded, _ in await session.execute(
+        statement, params
+    ):
+        previous = None if previous_id is None else Version(previous_id, previous_version)
+        made[new_id] = Supersession(previous, list(superseded or []))
+    return [made[one.new_id] for one in writes]
+
+
+def _build_supersede(scope: Visible) -> Select[Any]:
     given = _unnest(
         "given",
-        new_id=(UUID, [one.new_id for one in writes]),
-        space_id=(UUID, [one.ref.space_id for one in writes]),
-        subject=(Text, [one.ref.subject for one in writes]),
-        kind=(Text, [one.ref.kind for one in writes]),
-        key=(Text, [one.ref.key for one in writes]),
-        read_requires=(Text, [_pg_array(one.ref.read_requires) for one in writes]),
-        valid_from=(DateTime(timezone=True), [one.valid_from for one in writes]),
+        new_id=UUID,
+        space_id=UUID,
+        subject=Text,
+        kind=Text,
+        key=Text,
+        read_requires=Text,
+        valid_from=DateTime(timezone=True),
     ).cte("given")
     # The keys once more as one array: a condition the planner can take into the live-key
     # index (uq_memories_live_key) for the close, instead of joining every live row of the
     # space to `given`.
-    keys = bindparam("given_keys", sorted({one.ref.key for one in writes}), ARRAY(Text))
+    keys = bindparam("given_keys", [], ARRAY(Text))
+    at = bindparam("supersede_now", None, DateTime(timezone=True))
     same_key = and_(
         Memory.key == any_(keys),
         Memory.space_id == given.c.space_id,
@@ -539,7 +592,7 @@ async def supersede_many(
         .group_by(closed.c.for_id)
         .subquery("closed_for")
     )
-    statement = (
+    return (
         select(
             given.c.new_id,
             newest.c.id,
@@ -552,11 +605,9 @@ async def supersede_many(
         .outerjoin(newest, newest.c.for_id == given.c.new_id)
         .outerjoin(closed_for, closed_for.c.for_id == given.c.new_id)
     )
-    made: dict[uuid.UUID, Supersession] = {}
-    for new_id, previous_id, previous_version, superseded, _ in await session.execute(statement):
-        previous = None if previous_id is None else Version(previous_id, previous_version)
-        made[new_id] = Supersession(previous, list(superseded or []))
-    return [made[one.new_id] for one in writes]
+
+
+_SUPERSEDE = PerShape(_build_supersede)
 
 
 async def insert(session: AsyncSession, scope: Visible, row: Memory) -> Memory:
@@ -575,30 +626,35 @@ async def insert_many(session: AsyncSession, scope: Visible, rows: Sequence[Memo
     every column the answer shows, so nothing is read back (`lexical` is computed)."""
     if not rows:
         return
-    mapper = sa_inspect(Memory)
+    (statement, columns), params = _INSERT(scope)
+    for key, inserted in columns:
+        params[f"rows_{inserted.name}"] = [
+            _as_text(getattr(row, key), inserted.type) for row in rows
+        ]
+    await session.execute(statement, params)
+
+
+def _build_insert(scope: Visible) -> tuple[Insert, list[tuple[str, NamedColumn[Any]]]]:
+    """`insert_many`'s statement, and the (attribute, column) pairs whose arrays it takes:
+    every column the service sets on a new row."""
     columns = [
         (attribute.key, attribute.columns[0])
-        for attribute in mapper.column_attrs
+        for attribute in sa_inspect(Memory).column_attrs
         if attribute.columns[0].computed is None and attribute.key != "tenant_id"
     ]
-    arrays = [
-        bindparam(
-            f"rows_{column.name}",
-            [_as_text(getattr(row, key), column.type) for row in rows],
-            ARRAY(Text),
-        )
-        for key, column in columns
-    ]
-    given = (
-        func.unnest(*arrays)
-        .table_valued(*(column.name for _, column in columns))
-        .render_derived(name="given")
+    names = [inserted.name for _, inserted in columns]
+    arrays = [bindparam(f"rows_{name}", [], ARRAY(Text)) for name in names]
+    given = func.unnest(*arrays).table_valued(*names).render_derived(name="given")
+    # The table, not the mapped class: the ORM's bulk-insert machinery has nothing to do here
+    # (no object is read back) and costs more CPU than the statement's execution.
+    statement = pg_insert(cast_type(Table, Memory.__table__)).from_select(
+        ["tenant_id", *names],
+        select(scope.tenant, *(cast(given.c[one.name], one.type) for _, one in columns)),
     )
-    statement = pg_insert(Memory).from_select(
-        ["tenant_id", *(column.name for _, column in columns)],
-        select(scope.tenant, *(cast(given.c[column.name], column.type) for _, column in columns)),
-    )
-    await session.execute(statement)
+    return statement, columns
+
+
+_INSERT = PerShape(_build_insert)
 
 
 def _as_text(value: Any, type_: Any) -> str | None:

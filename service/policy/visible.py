@@ -19,12 +19,12 @@ every principal starts with read, write and delete in its personal space; rules 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import StrEnum
 from functools import cached_property
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from sqlalchemy import (
     ColumnElement,
@@ -58,6 +58,7 @@ from service.policy.space_settings import SpaceSettings
 from service.policy.space_settings import stored as stored_space_settings
 
 _UUID_ARRAY = ARRAY(UUID)
+Built = TypeVar("Built")
 
 
 class Action(StrEnum):
@@ -444,6 +445,31 @@ def bound_values(principal: Principal) -> dict[str, Any]:
     return values
 
 
+class PerShape(Generic[Built]):
+    """Statements built once per shape of caller (and whatever else `build` is told), then run
+    with each caller's `bound_values` and the request's own named parameters: building and
+    hashing a statement of CTEs costs the server more CPU than PostgreSQL spends running it,
+    and a statement object reused keeps its memoized cache key. `build(scope, *shape)` must
+    make every request value a named parameter (placeholders that match nothing), so a value
+    left out runs as its placeholder, never as another caller's. A predicate of fixed spaces
+    or a time-travelling one is built per request (its values are literals)."""
+
+    def __init__(self, build: Callable[..., Built]) -> None:
+        self._build = build
+        self._built: dict[tuple[Any, ...], Built] = {}
+
+    def __call__(self, scope: Visible, *shape: Hashable) -> tuple[Built, dict[str, Any]]:
+        """The statement for `scope` and the caller's values of its named parameters."""
+        if scope.caller is None or scope.moment is not None:
+            return self._build(scope, *shape), {}
+        key = (shape_of(scope.caller), scope.action, *shape)
+        built = self._built.get(key)
+        if built is None:
+            template = visible(template_caller(scope.caller), scope.action)
+            built = self._built[key] = self._build(template, *shape)
+        return built, bound_values(scope.caller)
+
+
 @dataclass(frozen=True)
 class WriteTargets:
     """Where a caller may put a memory: the spaces it reads, those it writes (a writer must
@@ -463,20 +489,26 @@ async def write_targets(session: AsyncSession, principal: Principal) -> WriteTar
     """`granted_space_ids` for read and for write, `personal_space_id` and the writable
     spaces' settings, in one statement (one snapshot, one round trip): the question "where may
     this caller write, and under which gates?" asked once."""
-    writable = _granted_array(principal, Action.WRITE)
-    row = (
-        await session.execute(
-            sa_select(
-                _granted_array(principal, Action.READ),
-                writable,
-                _personal_space(principal).scalar_subquery(),
-                _space_settings(principal, writable),
-            )
-        )
-    ).one()
+    statement, params = _WRITE_TARGETS(visible(principal, Action.WRITE))
+    row = (await session.execute(statement, params)).one()
     reads = frozenset(row[0])
     settings = {uuid.UUID(key): stored_space_settings(raw) for key, raw in (row[3] or {}).items()}
     return WriteTargets(reads, tuple(s for s in row[1] if s in reads), row[2], settings)
+
+
+def _build_write_targets(scope: Visible) -> Select[Any]:
+    principal = scope.caller
+    assert principal is not None  # PerShape builds it from a caller's template
+    writable = _granted_array(principal, Action.WRITE)
+    return sa_select(
+        _granted_array(principal, Action.READ),
+        writable,
+        _personal_space(principal).scalar_subquery(),
+        _space_settings(principal, writable),
+    )
+
+
+_WRITE_TARGETS = PerShape(_build_write_targets)
 
 
 def _space_settings(principal: Principal, spaces: ColumnElement[Any]) -> ScalarSelect[Any]:
@@ -484,7 +516,7 @@ def _space_settings(principal: Principal, spaces: ColumnElement[Any]) -> ScalarS
     return (
         sa_select(func.jsonb_object_agg(cast(Space.id, Text), Space.settings))
         .where(
-            Space.tenant_id == principal.tenant_id,
+            Space.tenant_id == _bound_ids(principal, Action.WRITE)["tenant"],
             Space.id == any_(spaces),
             Space.settings != literal({}, JSONB),
         )
@@ -493,9 +525,10 @@ def _space_settings(principal: Principal, spaces: ColumnElement[Any]) -> ScalarS
 
 
 def _personal_space(principal: Principal) -> Select[uuid.UUID]:
+    ids = _bound_ids(principal, Action.WRITE)
     return sa_select(Space.id).where(
-        Space.tenant_id == principal.tenant_id,
-        Space.owner_id == principal.principal_id,
+        Space.tenant_id == ids["tenant"],
+        Space.owner_id == ids["principal"],
         Space.kind == "personal",
     )
 
