@@ -82,9 +82,7 @@ async def test_the_same_key_with_another_request_is_422_and_changes_nothing(api:
     other_body = await api.http.post(
         WRITE, json={**KEY, "value": "deploys on friday"}, headers=_keyed(alice, "k")
     )
-    other_route = await api.http.post(
-        f"{WRITE}/{memory_id}/revert", headers=_keyed(alice, "k")
-    )
+    other_route = await api.http.post(f"{WRITE}/{memory_id}/revert", headers=_keyed(alice, "k"))
     other_operation = await api.http.delete(f"{WRITE}/{memory_id}", headers=_keyed(alice, "k"))
     other_precondition = await api.http.post(
         WRITE,
