@@ -14,7 +14,13 @@ from tests.fixtures.api import Agent, Api
 from tests.integration.memory.support import as_owner, assert_problem, count_memories
 
 WRITE = "/v1/memories"
-KEY = {"subject": "service:billing", "kind": "fact", "key": "deploy.window", "new_key": True}
+KEY: dict[str, Any] = {
+    "subject": "service:billing",
+    "kind": "fact",
+    "key": "deploy.window",
+    "new_key": True,
+}
+LIVE_KEY = {"key": "deploy.window"}
 
 
 def _if(agent: Agent, etag: str) -> dict[str, str]:
@@ -22,7 +28,7 @@ def _if(agent: Agent, etag: str) -> dict[str, str]:
 
 
 async def _live_value(api: Api, agent: Agent) -> list[str]:
-    listed = await api.http.get(WRITE, params={"key": KEY["key"]}, headers=agent.headers)
+    listed = await api.http.get(WRITE, params=LIVE_KEY, headers=agent.headers)
     assert listed.status_code == 200, listed.text
     return [item["value"] for item in listed.json()["items"]]
 
@@ -36,7 +42,7 @@ async def _failures(api: Api) -> list[tuple[str, int, str, str]]:
             ),
             {"t": api.tenant_id},
         )
-        return [tuple(row) for row in result.all()]  # type: ignore[misc]
+        return [(str(a), int(b), str(c), str(d)) for a, b, c, d in result.all()]
 
 
 async def test_get_and_write_carry_the_versions_etag(api: Api) -> None:
@@ -134,7 +140,7 @@ async def test_two_writes_racing_with_one_etag_exactly_one_wins(api: Api) -> Non
     alice = await api.new_agent("alice")
     v1 = await api.remember(alice, **KEY, value="tuesday")
     for round_ in range(3):
-        live = (await api.http.get(WRITE, params={"key": KEY["key"]}, headers=alice.headers)).json()
+        live = (await api.http.get(WRITE, params=LIVE_KEY, headers=alice.headers)).json()
         etag = live["items"][0]["etag"]
         before = await count_memories(api.runtime)
         statuses = await _race(
@@ -150,7 +156,7 @@ async def test_two_writes_racing_with_one_etag_exactly_one_wins(api: Api) -> Non
         assert await count_memories(api.runtime) == before + 1
         assert len(await _live_value(api, alice)) == 1
     # A delete racing a write on the same ETag: one of them, never both.
-    live = (await api.http.get(WRITE, params={"key": KEY["key"]}, headers=alice.headers)).json()
+    live = (await api.http.get(WRITE, params=LIVE_KEY, headers=alice.headers)).json()
     head = live["items"][0]
     statuses = await _race(
         api,
