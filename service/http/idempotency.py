@@ -13,6 +13,7 @@ from __future__ import annotations
 from contextvars import ContextVar
 from typing import Any
 
+import msgspec
 from litestar import Request, Response
 
 from service.calls import Call
@@ -52,10 +53,21 @@ async def claim_key(request: Request[Any, Any, Any]) -> Response[bytes | None] |
             replay.body or None,
             status_code=replay.status,
             media_type="application/json",
-            headers={REPLAYED: "true"},
+            headers={REPLAYED: "true", **_etag_of(replay.body)},
         )
     _CLAIMED.set((call, key))
     return None
+
+
+def _etag_of(body: bytes) -> dict[str, str]:
+    """A replayed write's `ETag` header, as the first answer had it: its memory's `etag`."""
+    try:
+        answer = msgspec.json.decode(body) if body else None
+    except msgspec.DecodeError:
+        return {}
+    memory = answer.get("memory") if isinstance(answer, dict) else None
+    etag = memory.get("etag") if isinstance(memory, dict) else None
+    return {"ETag": etag} if isinstance(etag, str) else {}
 
 
 async def keep_answer(response: Response[Any]) -> Response[Any]:

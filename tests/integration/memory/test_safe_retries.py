@@ -56,6 +56,7 @@ async def test_a_keyed_write_replays_its_first_answer_and_writes_once(api: Api) 
     assert again.status_code == 201, again.text
     assert again.headers["idempotent-replayed"] == "true"
     assert again.content == first.content  # byte for byte
+    assert again.headers["etag"] == first.headers["etag"] == first.json()["memory"]["etag"]
     assert await _versions(api) == 1
     # The same body re-serialized (other key order, spacing) is the same request.
     reordered = msgspec.json.encode(dict(reversed(list(body.items()))))
