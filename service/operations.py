@@ -16,12 +16,16 @@ from typing import TYPE_CHECKING, Protocol
 from service.auth.scopes import Scope
 from service.problems import (
     BodyTooLarge,
+    IdempotencyAnswerGone,
+    IdempotencyKeyInFlight,
+    IdempotencyKeyReused,
     InsufficientScope,
     InternalError,
     InvalidRequest,
     MalformedId,
     MalformedRequest,
     NotAuthenticated,
+    PreconditionFailed,
     Problem,
     ServiceUnavailable,
     UnsupportedMediaType,
@@ -68,6 +72,13 @@ class Operation:
     """The status of a success: 201 for a creation, 204 for an answer without a body. The REST
     route answers it and every transport's audit row records it (an MCP tool result has no
     status of its own)."""
+    idempotent: bool = False
+    """Retries are safe: an `Idempotency-Key` (REST header, MCP `idempotency_key` argument)
+    makes a repeat answer the first answer (service/memory/idempotency.py). The adapters do it
+    for every operation so declared; every write and delete must be (a contract test)."""
+    conditional: bool = False
+    """The change takes `If-Match` (MCP `if_match`) naming the live version it expects; stale
+    is 412 `precondition-failed` (service/memory/etags.py). The operation passes it on."""
 
     def __post_init__(self) -> None:
         if self.name in OPERATIONS:
@@ -101,6 +112,10 @@ class Operation:
         # Anything can fail on our side (a 500 without details), and an audit log that cannot
         # record the call makes it a 503.
         entrance += [InternalError, ServiceUnavailable]
+        if self.idempotent:
+            entrance += [IdempotencyKeyReused, IdempotencyKeyInFlight, IdempotencyAnswerGone]
+        if self.conditional:
+            entrance.append(PreconditionFailed)
         return tuple(dict.fromkeys([*entrance, *self.problems]))
 
     def declares(self, problem_type: str) -> bool:
@@ -119,6 +134,8 @@ def operation(
     read_only: bool = False,
     authenticated: bool = False,
     success: int = 200,
+    idempotent: bool = False,
+    conditional: bool = False,
 ) -> Operation:
     """Declare an operation (module level, once)."""
     return Operation(
@@ -132,6 +149,8 @@ def operation(
         read_only,
         authenticated,
         success,
+        idempotent,
+        conditional,
     )
 
 

@@ -148,3 +148,42 @@ class ServiceUnavailable(Problem, slug="service-unavailable", status=503, title=
 
 class InternalError(Problem, slug="internal-error", status=500, title="Internal error"):
     """Something failed on our side. The body never carries tracebacks, SQL or driver text."""
+
+
+# Safe retries and edits (issue 15): any operation declared `idempotent` or `conditional`
+# (service/operations.py) can answer these, whatever its feature.
+
+
+class IdempotencyKeyReused(
+    Problem, slug="idempotency-key-reused", status=422, title="Idempotency key reused"
+):
+    """The `Idempotency-Key` answered another request (another body, route or operation) within
+    its 24 hours. Nothing was written: send this request under a new key (or the first request
+    again to get its answer)."""
+
+
+class IdempotencyKeyInFlight(
+    Problem, slug="idempotency-key-in-flight", status=409, title="Idempotency key in flight"
+):
+    """A request with this `Idempotency-Key` is still being carried out. Nothing was written:
+    retry after `Retry-After` seconds to get its answer."""
+
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": "1"}
+
+
+class IdempotencyAnswerGone(
+    Problem, slug="idempotency-answer-gone", status=410, title="Idempotency answer gone"
+):
+    """The request with this `Idempotency-Key` was carried out, but a memory its answer named
+    has since been deleted, retracted, revoked or erased, so the answer (which held its value)
+    is no longer kept. Nothing was written; read the memories before writing under a new key."""
+
+
+class PreconditionFailed(
+    Problem, slug="precondition-failed", status=412, title="Precondition failed"
+):
+    """`If-Match` named a version that is no longer the live version of the memory's key (or
+    `*`, and the key has no live version). Nothing was changed. `current_etag` is the ETag of
+    the live version now (null: none you can see): read it, and resend with that ETag if your
+    change still holds."""

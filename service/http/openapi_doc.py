@@ -138,8 +138,24 @@ def documented_problems(declared: Operation, *, body: bool) -> tuple[type[Proble
     return tuple(problem for problem in problems if problem not in _BODY_PROBLEMS)
 
 
+IDEMPOTENCY_KEY_PARAMETER: dict[str, Any] = {
+    "name": "Idempotency-Key",
+    "in": "header",
+    "required": False,
+    "description": "1-200 visible ASCII characters (a UUID will do). The same key with the same "
+    "request (route, body, If-Match) within 24 hours answers the first answer again "
+    "(`Idempotent-Replayed: true`), changing nothing; with another request 422 "
+    "`idempotency-key-reused`; while the first call runs 409 `idempotency-key-in-flight`.",
+    "schema": {"type": "string", "minLength": 1, "maxLength": 200},
+}
+"""Every idempotent operation takes it: the route hooks handle it, not the handler."""
+
+
 def _declare(operation: dict[str, Any], declared: Operation) -> None:
-    """The declaration's problems replace every error response Litestar generated."""
+    """The declaration's problems replace every error response Litestar generated; an
+    idempotent operation's `Idempotency-Key` header is listed."""
+    if declared.idempotent:
+        operation["parameters"] = [*operation.get("parameters", []), IDEMPOTENCY_KEY_PARAMETER]
     responses = operation.setdefault("responses", {})
     for status in [status for status in responses if int(status) >= 400]:
         del responses[status]

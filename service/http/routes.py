@@ -10,6 +10,7 @@ from typing import Any
 
 from service.auth.guards import AnyConnection, requires
 from service.http.audit import call_of_scope
+from service.http.idempotency import claim_key, keep_answer
 from service.operations import Operation
 
 PUBLIC = "exclude_from_auth"
@@ -43,6 +44,8 @@ def route(operation: Operation, **extra: Any) -> dict[str, Any]:
     }
     if operation.success != 200:
         kwargs["status_code"] = operation.success
+    if operation.idempotent:  # the key is claimed and kept around the handler, whatever it is
+        kwargs["before_request"], kwargs["after_request"] = claim_key, keep_answer
     if operation.public:
         opt[PUBLIC] = True
         kwargs["security"] = []

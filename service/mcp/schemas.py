@@ -13,7 +13,7 @@ from typing import Annotated
 import msgspec
 
 from service.memory.repository import MemoryFilters
-from service.memory.schemas import AsOf, GroupBy, Key, Kind, KnownAt, Subject
+from service.memory.schemas import AsOf, GroupBy, Key, Kind, KnownAt, MemoryCreate, Subject
 
 MemoryId = Annotated[
     str,
@@ -25,8 +25,34 @@ MemoryId = Annotated[
 """A string, parsed like REST's path id: a malformed one gets REST's `malformed-id` text."""
 
 
-class MemoryRef(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+IfMatch = Annotated[
+    str | None,
+    msgspec.Meta(
+        description="Change only while the live version of the key is this one: its `etag` as "
+        'an answer gave it (`"<id>.<version>"`, quotes included), or "*" for "the key has a live '
+        'version". Otherwise the tool answers 412 `precondition-failed` naming the current '
+        "etag, and nothing changes."
+    ),
+]
+"""REST's `If-Match` header, as a tool argument."""
+
+
+class RememberArguments(MemoryCreate, forbid_unknown_fields=True, kw_only=True):
+    """REST's write body, and its `If-Match` header."""
+
+    if_match: IfMatch = None
+
+    def body(self) -> MemoryCreate:
+        """The write itself, as REST's body would carry it."""
+        fields = {name: getattr(self, name) for name in MemoryCreate.__struct_fields__}
+        return MemoryCreate(**fields)
+
+
+class MemoryChange(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """A change of a memory by id (revert, forget), with REST's `If-Match`."""
+
     id: MemoryId
+    if_match: IfMatch = None
 
 
 class MemoryAt(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):

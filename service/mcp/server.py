@@ -38,7 +38,8 @@ from service.auth.scopes import insufficient_scope
 from service.calls import Call, open_call
 from service.http.audit import find_call
 from service.mcp.arguments import decode
-from service.mcp.tools import TOOLS, Tool, check_every_tool_is_an_operation
+from service.mcp.tools import IDEMPOTENCY_KEY, TOOLS, Tool, check_every_tool_is_an_operation
+from service.memory import idempotency
 from service.observability.logging import request_id_of
 from service.observability.telemetry import span
 from service.problems import InternalError, Problem
@@ -164,14 +165,40 @@ def traced(server: Server[Any]) -> ServerMiddleware[Any]:
 
 
 async def _invoke(tool: Tool, call: Call, runtime: Runtime, arguments: Any) -> Any:
-    """What REST's guards, strict body and handler do, in the same order."""
+    """What REST's guards, strict body, idempotency hooks and handler do, in the same order."""
     operation, caller = tool.operation, call.caller
     assert caller is not None
     if operation.scope is not None and not caller.has_scope(operation.scope):
         raise insufficient_scope(caller, operation.scope)
     if operation.check is not None:
         await operation.check(call)
-    return await tool.run(call, runtime, decode(arguments, tool.arguments))
+    given = dict(arguments or {})
+    raw_key = given.pop(IDEMPOTENCY_KEY, None) if operation.idempotent else None
+    data = decode(given, tool.arguments)
+    if raw_key is None:
+        return await tool.run(call, runtime, data)
+    return await _keyed(tool, call, runtime, data, given, raw_key)
+
+
+async def _keyed(
+    tool: Tool, call: Call, runtime: Runtime, data: Any, given: dict[str, Any], raw_key: Any
+) -> Any:
+    """A tool call under an `idempotency_key` (service/memory/idempotency.py): the stored
+    answer of the same call again, or the tool's answer, kept under the key."""
+    caller = call.caller
+    assert caller is not None
+    if not isinstance(raw_key, str):
+        raw_key = ""  # refused by the key's own check, in its words
+    identity = idempotency.request_identity(
+        tool.operation.name, f"mcp {tool.name}", "", msgspec.json.encode(given)
+    )
+    key = idempotency.key_of(caller, raw_key, identity)
+    replay = await idempotency.claim(call.db, caller, call.facts, key)
+    if replay is not None:
+        return msgspec.json.decode(replay.body) if replay.body else {}
+    value = await tool.run(call, runtime, data)
+    await idempotency.settle(call.db, key, tool.operation.success, value)
+    return value
 
 
 _REFUSALS = {

@@ -29,16 +29,31 @@ from service.mcp.schemas import (
     HistoryArguments,
     ListArguments,
     MemoryAt,
-    MemoryRef,
+    MemoryChange,
+    RememberArguments,
 )
 from service.memory import operations as memory_ops
-from service.memory.schemas import MemoryBatch, MemoryCreate, SearchRequest
+from service.memory.etags import parse_if_match
+from service.memory.schemas import MemoryBatch, SearchRequest
 from service.memory.service import MemoryService, time_travel
 from service.operations import OPERATIONS, Operation
 from service.runtime import Runtime
 from service.tenants.settings import tenant_limits
 
 ArgsT = TypeVar("ArgsT", bound=msgspec.Struct)
+IDEMPOTENCY_KEY = "idempotency_key"
+"""The argument every tool of an `idempotent` operation takes besides its own (REST's
+`Idempotency-Key` header); the tool runner claims and keeps it (service/mcp/server.py)."""
+IDEMPOTENCY_KEY_SCHEMA = {
+    "type": "string",
+    "minLength": 1,
+    "maxLength": 200,
+    "pattern": "^[\\x21-\\x7e]+$",
+    "description": "Makes a retry safe: the same key with the same arguments within 24 hours "
+    "answers the first answer again, changing nothing; with other arguments 422 "
+    "`idempotency-key-reused`; while the first call runs 409 `idempotency-key-in-flight`. "
+    "A UUID will do.",
+}
 Run = Callable[[Call, Runtime, Any], Awaitable[msgspec.Struct | dict[str, Any]]]
 
 
@@ -61,6 +76,8 @@ class Tool:
         )
         root: dict[str, Any] = dict(components.pop(name))
         root.pop("title", None)
+        if self.operation.idempotent:
+            root["properties"] = {**root["properties"], IDEMPOTENCY_KEY: IDEMPOTENCY_KEY_SCHEMA}
         if components:
             root["$defs"] = components
         return root
@@ -130,20 +147,22 @@ def _caller(call: Call) -> Principal:
     return call.caller
 
 
-@tool(memory_ops.WRITE, name="remember", arguments=MemoryCreate, read_only=False)
-async def remember(call: Call, runtime: Runtime, data: MemoryCreate) -> msgspec.Struct:
+@tool(memory_ops.WRITE, name="remember", arguments=RememberArguments, read_only=False)
+async def remember(call: Call, runtime: Runtime, data: RememberArguments) -> msgspec.Struct:
     """Write a memory into one of your spaces (default: your personal space). A memory with
     the same subject, kind and key in that space supersedes the live one; a key new to a
     subject that has others answers 409 `key-choice-required` listing them (reuse one, or
     resend with `new_key: true`)."""
-    return await _memories(call, runtime).write(_caller(call), data)
+    return await _memories(call, runtime).write(
+        _caller(call), data.body(), parse_if_match(data.if_match)
+    )
 
 
 @tool(memory_ops.WRITE_BATCH, name="remember_many", arguments=MemoryBatch, read_only=False)
 async def remember_many(call: Call, runtime: Runtime, data: MemoryBatch) -> msgspec.Struct:
     """Write several memories (each item as `remember` takes it) in one transaction, in order,
     or none: any failing item answers 422 `batch-rejected` listing every failing item."""
-    return (await _memories(call, runtime).write_batch(_caller(call), data)).body
+    return await _memories(call, runtime).write_batch(_caller(call), data)
 
 
 @tool(memory_ops.SEARCH, name="recall", arguments=SearchRequest, read_only=True)
@@ -172,11 +191,12 @@ async def memory_history(call: Call, runtime: Runtime, data: HistoryArguments) -
     )
 
 
-@tool(memory_ops.REVERT, name="revert_memory", arguments=MemoryRef, read_only=False)
-async def revert_memory(call: Call, runtime: Runtime, data: MemoryRef) -> msgspec.Struct:
+@tool(memory_ops.REVERT, name="revert_memory", arguments=MemoryChange, read_only=False)
+async def revert_memory(call: Call, runtime: Runtime, data: MemoryChange) -> msgspec.Struct:
     """Bring back an earlier version (its id, from memory_history): its value is written
     again as a new version that supersedes the live one of its key."""
-    return await _memories(call, runtime).revert(_caller(call), parse_id(data.id))
+    precondition = parse_if_match(data.if_match)
+    return await _memories(call, runtime).revert(_caller(call), parse_id(data.id), precondition)
 
 
 @tool(memory_ops.LIST, name="list_memories", arguments=ListArguments, read_only=True)
@@ -199,12 +219,13 @@ async def count_memories(call: Call, runtime: Runtime, data: CountArguments) -> 
     )
 
 
-@tool(memory_ops.DELETE, name="forget", arguments=MemoryRef, read_only=False, destructive=True)
-async def forget(call: Call, runtime: Runtime, data: MemoryRef) -> dict[str, Any]:
+@tool(memory_ops.DELETE, name="forget", arguments=MemoryChange, read_only=False, destructive=True)
+async def forget(call: Call, runtime: Runtime, data: MemoryChange) -> dict[str, Any]:
     """Delete one memory version by id (`write:memory` does not imply delete). It stays in
     the history as a stub that keeps its number."""
     memory_id = parse_id(data.id)
-    await _memories(call, runtime).delete(_caller(call), memory_id)
+    precondition = parse_if_match(data.if_match)
+    await _memories(call, runtime).delete(_caller(call), memory_id, precondition)
     return {"deleted": str(memory_id)}
 
 

@@ -20,6 +20,7 @@ from service.http.params import parse_id
 from service.http.routes import route
 from service.memory import operations as ops
 from service.memory.batch import decode_batch
+from service.memory.etags import parse_if_match
 from service.memory.repository import MemoryFilters
 from service.memory.schemas import (
     KEY_PATTERN,
@@ -86,6 +87,22 @@ def _service(call: Call, runtime: Runtime) -> MemoryService:
     )
 
 
+IF_MATCH = HeaderParameter(
+    name="If-Match",
+    required=False,
+    description="Change only while the live version of the key is this one: its ETag as the API "
+    'sent it (`"<id>.<version>"`, quotes included; several, comma-separated), or `*` for "the '
+    'key has a live version". Otherwise 412 `precondition-failed` naming the current ETag, and '
+    "nothing changes.",
+)
+IfMatchHeader = Annotated[str | None, IF_MATCH]
+
+
+def _tagged(written: MemoryWritten) -> Response[MemoryWritten]:
+    """A write's answer with the new version's ETag."""
+    return Response(written, status_code=201, headers={"ETag": written.memory.etag})
+
+
 class MemoryController(Controller):
     path = "/v1/memories"
     tags = ["memories"]
@@ -96,13 +113,19 @@ class MemoryController(Controller):
 
     @post("/", **route(ops.WRITE))
     async def remember(
-        self, request: AuthedRequest, data: JSONBody[MemoryCreate], call: CallDep, runtime: Rt
-    ) -> MemoryWritten:
+        self,
+        request: AuthedRequest,
+        data: JSONBody[MemoryCreate],
+        call: CallDep,
+        runtime: Rt,
+        if_match: IfMatchHeader = None,
+    ) -> Response[MemoryWritten]:
         """Write a memory into one of your spaces (default: your personal space). A memory with
         the same subject, kind and key in that space supersedes the live one; a key new to a
         subject that has others answers 409 `key-choice-required` listing them (reuse one, or
         resend with `new_key: true`)."""
-        return await _service(call, runtime).write(request.user, data)
+        written = await _service(call, runtime).write(request.user, data, parse_if_match(if_match))
+        return _tagged(written)
 
     @get("/", **route(ops.LIST))
     async def list_memories(
@@ -151,10 +174,11 @@ class MemoryController(Controller):
         call: CallDep,
         runtime: Rt,
         moment: NamedDependency[Moment | None],
-    ) -> MemoryOut:
+    ) -> Response[MemoryOut]:
         """Get one memory by id (superseded versions included, with their links; with `as_of`
-        or `known_at`, only if that version existed then)."""
-        return await _service(call, runtime).get(request.user, parse_id(memory_id), moment)
+        or `known_at`, only if that version existed then). `ETag`: this version's."""
+        found = await _service(call, runtime).get(request.user, parse_id(memory_id), moment)
+        return Response(found, headers={"ETag": found.etag})
 
     @get("/{memory_id:str}/history", **route(ops.HISTORY))
     async def history(
@@ -177,28 +201,33 @@ class MemoryController(Controller):
 
     @post("/{memory_id:str}/revert", **route(ops.REVERT))
     async def revert(
-        self, request: AuthedRequest, memory_id: FromPath[str], call: CallDep, runtime: Rt
-    ) -> MemoryWritten:
+        self,
+        request: AuthedRequest,
+        memory_id: FromPath[str],
+        call: CallDep,
+        runtime: Rt,
+        if_match: IfMatchHeader = None,
+    ) -> Response[MemoryWritten]:
         """Bring back an earlier version: its value is written again as a new version that
         supersedes the live one of its key (the ordinary write path and its checks)."""
-        return await _service(call, runtime).revert(request.user, parse_id(memory_id))
+        precondition = parse_if_match(if_match)
+        written = await _service(call, runtime).revert(
+            request.user, parse_id(memory_id), precondition
+        )
+        return _tagged(written)
 
     @delete("/{memory_id:str}", **route(ops.DELETE))
     async def forget(
-        self, request: AuthedRequest, memory_id: FromPath[str], call: CallDep, runtime: Rt
+        self,
+        request: AuthedRequest,
+        memory_id: FromPath[str],
+        call: CallDep,
+        runtime: Rt,
+        if_match: IfMatchHeader = None,
     ) -> None:
         """Delete one memory. Needs `delete:memory`; `write:memory` does not imply it."""
-        await _service(call, runtime).delete(request.user, parse_id(memory_id))
-
-
-IDEMPOTENCY_KEY = HeaderParameter(
-    name="Idempotency-Key",
-    required=False,
-    description="1-200 visible ASCII characters (a UUID will do). The same key with the same "
-    "body within 24 hours answers the first answer again (`Idempotent-Replayed: true`), "
-    "writing nothing; with another body 422 `idempotency-key-reused`; while the first call "
-    "runs 409 `idempotency-key-in-flight`.",
-)
+        precondition = parse_if_match(if_match)
+        await _service(call, runtime).delete(request.user, parse_id(memory_id), precondition)
 
 
 @post(
@@ -211,11 +240,8 @@ async def remember_many(
     data: JSONBody[MemoryBatch],
     call: CallDep,
     runtime: Rt,
-    idempotency_key: Annotated[str | None, IDEMPOTENCY_KEY] = None,
-) -> Response[MemoryBatchWritten]:
+) -> MemoryBatchWritten:
     """Write several memories in one transaction, each exactly as `POST /v1/memories` would,
     in order, or none: any failing item answers 422 `batch-rejected` listing every failing
     item. One audit row for the call, with its counts."""
-    answer = await _service(call, runtime).write_batch(request.user, data, idempotency_key)
-    headers = {"Idempotent-Replayed": "true"} if answer.replayed else {}
-    return Response(answer.body, status_code=answer.status, headers=headers)
+    return await _service(call, runtime).write_batch(request.user, data)

@@ -7,9 +7,6 @@ from service.embeddings.base import EmbeddingFailed, EmbeddingInvalid
 from service.memory.problems import (
     BatchRejected,
     EvidenceRequired,
-    IdempotencyAnswerGone,
-    IdempotencyKeyInFlight,
-    IdempotencyKeyReused,
     KeyChoiceRequired,
     KOutOfRange,
     MemoryNotFound,
@@ -43,6 +40,8 @@ WRITE = operation(
     EvidenceRequired,
     ReservedForJobs,
     success=201,
+    idempotent=True,
+    conditional=True,
 )
 WRITE_BATCH = operation(
     "memory.write_batch",
@@ -50,13 +49,11 @@ WRITE_BATCH = operation(
     "Write up to MEMGATE_BATCH_MAX_ITEMS memories in one transaction, all or none",
     Scope.WRITE_MEMORY,
     BatchRejected,
-    IdempotencyKeyReused,
-    IdempotencyKeyInFlight,
-    IdempotencyAnswerGone,
     QuotaExceeded,
     EmbeddingInvalid,
     EmbeddingFailed,
     success=201,
+    idempotent=True,
 )
 LIST = operation(
     "memory.list",
@@ -105,6 +102,8 @@ DELETE = operation(
     Scope.DELETE_MEMORY,
     MemoryNotFound,
     success=204,
+    idempotent=True,
+    conditional=True,
 )
 HISTORY = operation(
     "memory.history",
@@ -134,6 +133,8 @@ REVERT = operation(
     EmbeddingInvalid,
     EmbeddingFailed,
     success=201,
+    idempotent=True,
+    conditional=True,
 )
 
 # Jobs (issue 13): run by the job runner as the tenant's job principal, one call per batch.

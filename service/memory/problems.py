@@ -1,4 +1,5 @@
-"""Problems of the memory API."""
+"""Problems of the memory API. (The retry and precondition problems every idempotent or
+conditional operation answers live in service/problems.py.)"""
 
 from __future__ import annotations
 
@@ -70,28 +71,3 @@ class BatchRejected(Problem, slug="batch-rejected", status=422, title="Batch rej
     """At least one item of a batch write failed, so none was written (all or nothing).
     `errors` lists every failing item: its `index`, the `status`, `type`, `title` and `detail`
     the single write would have answered for it. Fix those items and send the batch again."""
-
-
-class IdempotencyKeyReused(
-    Problem, slug="idempotency-key-reused", status=422, title="Idempotency key reused"
-):
-    """The `Idempotency-Key` answered another request body within its 24 hours. Nothing was
-    written: send this body under a new key (or the first body again to get its answer)."""
-
-
-class IdempotencyKeyInFlight(
-    Problem, slug="idempotency-key-in-flight", status=409, title="Idempotency key in flight"
-):
-    """A request with this `Idempotency-Key` is still being carried out. Nothing was written:
-    retry after `Retry-After` seconds to get its answer."""
-
-    def headers(self) -> dict[str, str]:
-        return {"Retry-After": "1"}
-
-
-class IdempotencyAnswerGone(
-    Problem, slug="idempotency-answer-gone", status=410, title="Idempotency answer gone"
-):
-    """The request with this `Idempotency-Key` was carried out, but a memory its answer named
-    has since been deleted, retracted, revoked or erased, so the answer (which held its value)
-    is no longer kept. Nothing was written; read the memories before writing under a new key."""

@@ -1498,6 +1498,30 @@ async def key_of(session: AsyncSession, scope: Visible, memory_id: uuid.UUID) ->
     return KeyRef(tenant_id, space_id, subject, kind, key, tuple(sorted(read_requires)))
 
 
+async def live_versions(
+    session: AsyncSession, scope: Visible, refs: Sequence[KeyRef]
+) -> dict[KeyRef, Version]:
+    """The live version of each key of `refs` under `scope` (a key without one is absent): what
+    an `If-Match` is compared with (service/memory/etags.py). Asked only of changes that carry a
+    precondition, under the keys' locks, so the answer holds until the change commits."""
+    found: dict[KeyRef, Version] = {}
+    for ref in dict.fromkeys(refs):
+        row = (
+            await session.execute(
+                scope.select(Memory.id, Memory.version).where(
+                    Memory.space_id == ref.space_id,
+                    Memory.subject == ref.subject,
+                    Memory.kind == ref.kind,
+                    Memory.key == ref.key,
+                    Memory.read_requires == cast(list(ref.read_requires), _UUIDS),
+                )
+            )
+        ).one_or_none()
+        if row is not None:
+            found[ref] = Version(row[0], row[1])
+    return found
+
+
 async def retract(
     session: AsyncSession,
     scope: Visible,

@@ -184,6 +184,14 @@ class MemoryOut(msgspec.Struct, kw_only=True):
     superseded_by: uuid.UUID | None
     metadata: dict[str, Any]
     version: int
+    etag: Annotated[
+        str,
+        msgspec.Meta(
+            description='This version\'s strong ETag, `"<id>.<version>"` (also the `ETag` header '
+            "of a get or write). Send it as `If-Match` (MCP: `if_match`) to change the key only "
+            "while this version is its live one."
+        ),
+    ]
     provenance: Provenance
     retracted_at: datetime | None = None
     """When the version was deleted (status `retracted`: value "", metadata {}, no source)."""

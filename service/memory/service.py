@@ -13,7 +13,6 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, TypeVar, cast, get_args
 
-import msgspec
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.auth.principal import Principal
@@ -22,14 +21,12 @@ from service.db.base import uuid7
 from service.db.models import Memory
 from service.embeddings import Embedder, model_tag
 from service.embeddings.base import EmbeddingInvalid
-from service.memory import idempotency, repository
+from service.memory import repository
 from service.memory.batch import batch_rejected
+from service.memory.etags import IfMatch, etag_of
 from service.memory.problems import (
     BatchRejected,
     EvidenceRequired,
-    IdempotencyAnswerGone,
-    IdempotencyKeyInFlight,
-    IdempotencyKeyReused,
     KeyChoiceRequired,
     KOutOfRange,
     MemoryNotFound,
@@ -170,15 +167,6 @@ def content_hash(value: str) -> bytes:
     return hashlib.sha256(normalized.encode()).digest()
 
 
-@dataclass(frozen=True)
-class BatchAnswer:
-    """A batch write's answer, and whether it is a replay of a stored one."""
-
-    body: MemoryBatchWritten
-    replayed: bool
-    status: int = 201
-
-
 def _refuse_reserved(data: MemoryCreate) -> None:
     if reserved(data.kind, data.key, data.source):
         raise ReservedForJobs(
@@ -219,6 +207,8 @@ class Planned:
     """The write gate asks about it (not `new_key`, not a revert, and on in its space)."""
     personal: uuid.UUID | None
     """The writer's personal space (what `narrowing` tells the writer)."""
+    if_match: IfMatch | None = None
+    """The live version of its key the write expects (`If-Match`), checked under the lock."""
 
 
 class GateRefused(Exception):
@@ -292,10 +282,16 @@ class MemoryService:
         self._budget: repository.ReadBudget | None = None
         """The read budget of the block being run (`_read_budget`), for its last statement."""
 
-    async def write(self, principal: Principal, data: MemoryCreate) -> MemoryWritten:
+    async def write(
+        self, principal: Principal, data: MemoryCreate, if_match: IfMatch | None = None
+    ) -> MemoryWritten:
+        """`if_match`: the write supersedes only the live version of its (space, subject,
+        kind, key, audience) it names, or with `*` only an existing one (else 412)."""
         self._check_value(data)
         sources = await self._sources_of(principal, data.derived_from)
-        return await self._write(principal, data, sources, gated=not data.new_key)
+        return await self._write(
+            principal, data, sources, gated=not data.new_key, if_match=if_match
+        )
 
     async def _write(
         self,
@@ -306,6 +302,7 @@ class MemoryService:
         gated: bool,
         audience: Sequence[uuid.UUID] = (),
         unsourced: str | None = None,
+        if_match: IfMatch | None = None,
     ) -> MemoryWritten:
         """Write `data` citing `sources` (each readable by the caller), under the write gate
         if `gated` (not for a revert or `new_key`) and the space has it on; readable only by
@@ -313,6 +310,7 @@ class MemoryService:
         cites nothing (the caller's own words by default). The batch's path with one item."""
         targets = await write_targets(self._session, principal)
         planned = self._plan(principal, data, sources, targets, gated, audience, unsourced)
+        planned = replace(planned, if_match=if_match)
         [vector] = await self._embed(principal, data.value)
         with self._nothing_named_if_refused():
             try:
@@ -383,6 +381,7 @@ class MemoryService:
             [one.ref for one in planned],
             gated=[one.ref for one in planned if one.gated],
         )
+        await self._check_preconditions(principal, planned)  # under the locks just taken
         ids = [uuid7() for _ in planned]
         refused = await self._write_gate(principal, planned, ids)
         if refused:
@@ -443,16 +442,27 @@ class MemoryService:
         await repository.insert_many(self._session, scope, rows)
         return answers
 
-    async def write_batch(
-        self, principal: Principal, batch: MemoryBatch, idempotency_key: str | None = None
-    ) -> BatchAnswer:
+    async def _check_preconditions(self, principal: Principal, planned: list[Planned]) -> None:
+        """412 unless every write's `If-Match` names the live version of its key (the one the
+        write supersedes), read under the key locks the write holds: of two writes naming the
+        same ETag, the second finds the first's version live and is refused."""
+        expecting = [one for one in planned if one.if_match is not None]
+        if not expecting:
+            return
+        live = await repository.live_versions(
+            self._session, visible(principal, Action.WRITE), [one.ref for one in expecting]
+        )
+        for one in expecting:
+            assert one.if_match is not None
+            one.if_match.check(live.get(one.ref))
+
+    async def write_batch(self, principal: Principal, batch: MemoryBatch) -> MemoryBatchWritten:
         """Write every item of `batch` in order, each exactly as `write` would, or none: any
         item that fails makes the batch 422 `batch-rejected` listing every failing item (the
         call rolls back what the others wrote). The values are embedded in one call of the
         provider, before any write, and spend one embedding call of the tenant's quota per
-        item; the storage quota is checked once, after the last insert. Under an
-        `idempotency_key` the answer is kept 24 hours and a repeat gets it again
-        (service/memory/idempotency.py)."""
+        item; the storage quota is checked once, after the last insert. (An `Idempotency-Key`
+        is the adapters' business: service/memory/idempotency.py.)"""
         items = batch.items
         if len(items) > self._limits.batch_max_items:
             raise InvalidRequest(
@@ -467,24 +477,10 @@ class MemoryService:
                 ],
                 max_items=self._limits.batch_max_items,
             )
-        key = None
-        if idempotency_key is not None:
-            key = idempotency.key_of(principal, idempotency_key, msgspec.json.encode(batch))
-            earlier = await self._replay(principal, key)
-            if earlier is not None:
-                return earlier
-        # Everything that refuses an item without its vector runs first, and the key is
-        # claimed first: a refused batch, or a retry of one still in flight, spends no
-        # embedding call (as a refused single write spends none).
+        # Everything that refuses an item without its vector runs first: a refused batch
+        # spends no embedding call (as a refused single write spends none).
         planned = await self._plan_items(principal, items)
-        if key is not None and (earlier := await self._claim(principal, key)) is not None:
-            return earlier
         vectors = await self._embed_all(principal, [item.value for item in items])
-        # A remote provider is called outside the transaction, which lets the claim go.
-        if key is not None and self._embedder.remote:
-            earlier = await self._claim(principal, key)
-            if earlier is not None:
-                return earlier
         with self._nothing_named_if_refused():
             written = await self._write_items(principal, planned, vectors)
         answer = MemoryBatchWritten(items=written, count=len(written))
@@ -493,10 +489,7 @@ class MemoryService:
         self._facts.reason = (
             f"batch:items={len(written)},created={len(written)},superseded={superseded}"
         )
-        if key is not None:
-            ids = [one.memory.id for one in written]
-            await idempotency.keep(self._session, key, 201, msgspec.json.encode(answer), ids)
-        return BatchAnswer(answer, replayed=False)
+        return answer
 
     async def _plan_items(self, principal: Principal, items: list[MemoryCreate]) -> list[Planned]:
         """Every item through the single write's checks that need no vector and no lock (its
@@ -534,59 +527,9 @@ class MemoryService:
             await self._quotas.check_storage(self._session, principal.tenant_id)
         return written
 
-    async def _claim(self, principal: Principal, key: idempotency.Key) -> BatchAnswer | None:
-        """Hold `key` for this call's transaction; its stored answer if one came meanwhile."""
-        if not await idempotency.try_lock(self._session, key):
-            raise IdempotencyKeyInFlight(
-                "A request with this Idempotency-Key is still being carried out; retry "
-                "after Retry-After seconds to get its answer. Nothing was written."
-            )
-        return await self._replay(principal, key)
-
     def _rejected(self, failures: list[tuple[int, Problem]], total: int) -> BatchRejected:
         self._facts.targets.clear()  # nothing was written: the refusal names no memory
         return batch_rejected(failures, total)
-
-    async def _replay(self, principal: Principal, key: idempotency.Key) -> BatchAnswer | None:
-        earlier = await idempotency.stored(self._session, key)
-        if earlier is None:
-            return None
-        if earlier.request_hash != key.request_hash:
-            raise IdempotencyKeyReused(
-                "This Idempotency-Key answered another request body within the last 24 hours. "
-                "Nothing was written: send this body under a new key."
-            )
-        if earlier.answer is None or not await self._still_theirs(principal, earlier.memory_ids):
-            # One answer for every reason (deleted, expired, revoked, a grant taken away): the
-            # 410 tells the caller nothing about memories it may no longer see.
-            raise IdempotencyAnswerGone(
-                "The request with this Idempotency-Key was carried out, but its answer can no "
-                "longer be given: a memory it named has since been deleted, retracted, revoked, "
-                "expired or erased, or is no longer yours to read or write. Nothing was "
-                "written; read the memories (GET /v1/memories) before writing under a new key."
-            )
-        answer = msgspec.json.decode(earlier.answer, type=MemoryBatchWritten)
-        self._facts.add_targets(one.memory.id for one in answer.items)
-        self._facts.count(answer.count)
-        self._facts.reason = f"idempotent-replay:items={answer.count}"
-        return BatchAnswer(answer, replayed=True, status=earlier.status)
-
-    async def _still_theirs(self, principal: Principal, memory_ids: Sequence[uuid.UUID]) -> bool:
-        """May the caller get a stored answer's memories now, as a fresh write would give
-        them: each still readable through Visible (any version; not expired, revoked,
-        retracted or gone; audience included), in a space the caller may still write. Asked
-        at every replay, so a grant revoked, a team left or a delegation narrowed since the
-        batch answers 410 instead of handing back the values."""
-        if not memory_ids:
-            return True
-        wanted = list(dict.fromkeys(memory_ids))
-        found = await repository.readable_sources(
-            self._session, visible(principal, Action.READ), wanted
-        )
-        if len(found) != len(wanted):
-            return False
-        writable = set((await write_targets(self._session, principal)).writable)
-        return all(space_id in writable for _, space_id, _ in found)
 
     async def _embed_all(self, principal: Principal, texts: list[str]) -> list[list[float]]:
         """`_embed` for a batch: one provider call, one embedding call of quota per text."""
@@ -948,16 +891,22 @@ class MemoryService:
     def _tuning(self) -> AnnTuning:
         return AnnTuning(self._limits.ann_ef_search, self._limits.ann_max_scan_tuples)
 
-    async def delete(self, principal: Principal, memory_id: uuid.UUID) -> None:
+    async def delete(
+        self, principal: Principal, memory_id: uuid.UUID, if_match: IfMatch | None = None
+    ) -> None:
         """Retract one version: it stays in its chain as a content-free stub with its number
         (history shows it; no other read does), so no number is ever issued again. Deleting
-        the live version leaves the key without a live value."""
+        the live version leaves the key without a live value. `if_match`: only while the live
+        version of its key is the one named (412 otherwise)."""
         scope = visible(principal, Action.DELETE)
         ref = await repository.key_of(self._session, scope, memory_id)
         if ref is None:
             raise MemoryNotFound(not_found_detail(memory_id))
         # The same lock as writers: a retraction never interleaves with a supersession.
         now = await repository.lock_key(self._session, ref)
+        if if_match is not None:
+            live = await repository.live_versions(self._session, scope, [ref])
+            if_match.check(live.get(ref))
         if not await repository.retract(self._session, scope, memory_id, now):
             raise MemoryNotFound(not_found_detail(memory_id))
         # The job's summaries built from this version hold its text: those this deleter may
@@ -1000,9 +949,12 @@ class MemoryService:
         next_cursor = encode_cursor(items[-1].id) if len(rows) > size else None
         return MemoryHistory(items=items, next_cursor=next_cursor)
 
-    async def revert(self, principal: Principal, memory_id: uuid.UUID) -> MemoryWritten:
+    async def revert(
+        self, principal: Principal, memory_id: uuid.UUID, if_match: IfMatch | None = None
+    ) -> MemoryWritten:
         """Write `memory_id`'s value again as a new version of its key (superseding the live
-        one), through the ordinary write path: the same checks, quotas and audit."""
+        one), through the ordinary write path: the same checks, quotas and audit. `if_match`
+        names the live version it may supersede, as a write's does."""
         async with self._read_budget():
             row = await repository.get(
                 self._session, visible(principal, Action.READ), memory_id, retracted=True
@@ -1053,6 +1005,7 @@ class MemoryService:
             gated=False,
             audience=row.read_requires,
             unsourced=unsourced,
+            if_match=if_match,
         )
         if dropped:
             written.reverted = RevertNote(
@@ -1320,6 +1273,7 @@ def to_out(row: MemoryRow) -> MemoryOut:
             embedding_model=row.embedding_model,
         ),
         retracted_at=row.retracted_at,
+        etag=etag_of(row.id, row.version),
     )
 
 

@@ -344,7 +344,7 @@ async def test_two_batches_of_the_same_keys_in_opposite_orders_both_commit(api: 
             done, pending = await asyncio.wait(pending, timeout=30, return_when="FIRST_COMPLETED")
             assert done, "neither batch finished"
             for task in done:
-                assert task.result().body.count == len(keys)
+                assert task.result().count == len(keys)
                 await running[task].commit()
     finally:
         for _, _, session in racers:

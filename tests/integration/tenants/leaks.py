@@ -45,6 +45,8 @@ def normalized(
         body = VERSION.sub(b'"policy_version":{n}', TIMESTAMP.sub(b"{t}", UUID.sub(b"{id}", body)))
         headers.pop("content-length", None)
         headers.pop("location", None)
+        if "etag" in headers:  # `"<id>.<version>"`: the made-up id, the version kept
+            headers["etag"] = UUID.sub(b"{id}", headers["etag"].encode()).decode()
     if generated or volatile:
         headers.pop("content-length", None)
     return response.status_code, headers, body

@@ -137,6 +137,9 @@ class Memory(TypedDict):
     key: str
     value: str
     version: int
+    etag: str
+    """`"<id>.<version>"`: send it as `If-Match` to change the key only while this version is
+    its live one (the server's docs/concepts.md, "Safe retries and edits")."""
     status: Literal["live", "superseded", "expired", "retracted"]
     valid_from: str
     valid_until: str | None
