@@ -21,6 +21,7 @@ from service.http.routes import route
 from service.memory import operations as ops
 from service.memory.batch import decode_batch
 from service.memory.repository import MemoryFilters
+from service.memory.review import Rejected, Rejection, ReviewService
 from service.memory.schemas import (
     KEY_PATTERN,
     SUBJECT_PATTERN,
@@ -219,3 +220,49 @@ async def remember_many(
     answer = await _service(call, runtime).write_batch(request.user, data, idempotency_key)
     headers = {"Idempotent-Replayed": "true"} if answer.replayed else {}
     return Response(answer.body, status_code=answer.status, headers=headers)
+
+
+@get("/v1/spaces/{space_id:str}/proposals", tags=["memories"], **route(ops.LIST_PROPOSALS))
+async def list_proposals(
+    request: AuthedRequest,
+    space_id: FromPath[str],
+    call: CallDep,
+    cursor: FromQuery[str | None] = None,
+    limit: Annotated[
+        int | None, QueryParameter(description="Page size (1-100, default 50).")
+    ] = None,
+) -> MemoryPage:
+    """The proposals waiting for review in a space you review, newest first, with cursor
+    pagination (a space you cannot see: 404; one you see but do not review: 403)."""
+    service = ReviewService(call.db, facts=call.facts)
+    return await service.list_proposals(request.user, parse_id(space_id), cursor, limit)
+
+
+@post(
+    "/v1/memories/{memory_id:str}/approve",
+    tags=["memories"],
+    status_code=200,
+    **route(ops.APPROVE),
+)
+async def approve_proposal(
+    request: AuthedRequest, memory_id: FromPath[str], call: CallDep
+) -> MemoryWritten:
+    """Approve a proposal: it becomes the live version of its key, superseding the live one
+    as any write does, numbered after the key's newest version."""
+    service = ReviewService(call.db, facts=call.facts)
+    return await service.approve(request.user, parse_id(memory_id))
+
+
+@post(
+    "/v1/memories/{memory_id:str}/reject",
+    tags=["memories"],
+    status_code=200,
+    **route(ops.REJECT),
+)
+async def reject_proposal(
+    request: AuthedRequest, memory_id: FromPath[str], data: JSONBody[Rejection], call: CallDep
+) -> Rejected:
+    """Reject a proposal with a reason: it becomes a tombstone no read returns, and the same
+    text (ignoring case and white space) cannot be proposed into that space again."""
+    service = ReviewService(call.db, facts=call.facts)
+    return await service.reject(request.user, parse_id(memory_id), data)
