@@ -14,6 +14,7 @@ import httpx
 import pytest
 from sqlalchemy import text
 
+from service.auth.exchange import ACCESS_TOKEN_TYPE, TOKEN_EXCHANGE
 from service.consolidation.jobs import CONSOLIDATION
 from service.memory.proposals import normalized_text
 from service.settings import MemorySettings, Settings
@@ -27,7 +28,6 @@ from tests.integration.jobs.consolidation_support import (
     summaries,
 )
 from tests.integration.memory.support import as_owner, assert_problem
-from tests.integration.tenants.test_disable import ACCESS_TOKEN_TYPE, TOKEN_EXCHANGE
 
 SUBJECT = "service:billing"
 REVIEWER_SCOPES = (*MEMORY_SCOPES, "review:memory", "manage:delegates")
@@ -140,7 +140,7 @@ async def test_a_non_reviewers_write_is_a_proposal_seen_by_its_writer_and_review
         "get": False,
         "history": False,
     }
-    everywhere = {name: True for name in nowhere}
+    everywhere = dict.fromkeys(nowhere, True)
     assert await _seen_ids(world, world.reader, proposal["id"]) == nowhere
     assert await _seen_ids(world, world.writer, proposal["id"]) == everywhere
     assert await _seen_ids(world, world.reviewer, proposal["id"]) == everywhere
@@ -230,7 +230,7 @@ async def test_a_rejected_text_cannot_be_proposed_again_but_a_reviewer_may_write
     variants = (
         PROPOSED_TEXT,
         "  refunds ABOVE 500 eur are approved\n by the ON-CALL   agent ",
-        "Ｒefunds above 500 EUR are approved by the on-call agent",  # full-width R: NFKC
+        "\uff32efunds above 500 EUR are approved by the on-call agent",  # full-width R: NFKC
     )
     for value in variants:
         assert normalized_text(value) == normalized_text(PROPOSED_TEXT)
@@ -309,7 +309,8 @@ async def test_batch_writes_into_a_reviewed_space_land_proposed(api: Api) -> Non
         headers=world.reviewer.headers,
     )
     page = listed.json()
-    assert len(page["items"]) == 2 and page["next_cursor"]
+    assert len(page["items"]) == 2
+    assert page["next_cursor"]
     rest = await api.http.get(
         f"/v1/spaces/{world.space_id}/proposals",
         params={"cursor": page["next_cursor"]},
