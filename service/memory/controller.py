@@ -87,6 +87,10 @@ def _service(call: Call, runtime: Runtime) -> MemoryService:
     )
 
 
+def _review(call: Call) -> ReviewService:
+    return ReviewService(call.db, facts=call.facts)
+
+
 class MemoryController(Controller):
     path = "/v1/memories"
     tags = ["memories"]
@@ -234,8 +238,7 @@ async def list_proposals(
 ) -> MemoryPage:
     """The proposals waiting for review in a space you review, newest first, with cursor
     pagination (a space you cannot see: 404; one you see but do not review: 403)."""
-    service = ReviewService(call.db, facts=call.facts)
-    return await service.list_proposals(request.user, parse_id(space_id), cursor, limit)
+    return await _review(call).list_proposals(request.user, parse_id(space_id), cursor, limit)
 
 
 @post(
@@ -249,8 +252,7 @@ async def approve_proposal(
 ) -> MemoryWritten:
     """Approve a proposal: it becomes the live version of its key, superseding the live one
     as any write does, numbered after the key's newest version."""
-    service = ReviewService(call.db, facts=call.facts)
-    return await service.approve(request.user, parse_id(memory_id))
+    return await _review(call).approve(request.user, parse_id(memory_id))
 
 
 @post(
@@ -264,5 +266,4 @@ async def reject_proposal(
 ) -> Rejected:
     """Reject a proposal with a reason: it becomes a tombstone no read returns, and the same
     text (ignoring case and white space) cannot be proposed into that space again."""
-    service = ReviewService(call.db, facts=call.facts)
-    return await service.reject(request.user, parse_id(memory_id), data)
+    return await _review(call).reject(request.user, parse_id(memory_id), data)

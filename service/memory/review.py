@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, Any
 
 import msgspec
+from sqlalchemy import Select, Update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -28,7 +29,15 @@ from service.memory.proposals import PROPOSED, REJECTED, text_hash
 from service.memory.repository import ANSWER, KeyRef, NewVersion, cast_row
 from service.memory.schemas import MemoryPage, MemoryWritten
 from service.memory.service import decode_cursor, encode_cursor, not_found_detail, to_out
-from service.policy.visible import LIVE, Action, Liveness, WriteTargets, visible, write_targets
+from service.policy.visible import (
+    LIVE,
+    Action,
+    Liveness,
+    Visible,
+    WriteTargets,
+    visible,
+    write_targets,
+)
 from service.problems import InvalidRequest
 
 MAX_PROPOSALS_PAGE = 100
@@ -76,16 +85,10 @@ class ReviewService:
             )
         after = decode_cursor(cursor) if cursor else None
         targets = await write_targets(self._session, principal)
+        if space_id not in targets.readable:
+            raise SpaceNotFound(f"Space {space_id} does not exist or is not visible to you.")
         _require_reviewer(targets, space_id)
-        statement = (
-            visible(principal, Action.READ)
-            .select(*ANSWER)
-            .where(Memory.space_id == space_id, Memory.review_state == PROPOSED)
-            .order_by(Memory.id.desc())
-            .limit(size + 1)
-        )
-        if after is not None:
-            statement = statement.where(Memory.id < after)
+        statement = _proposals(visible(principal, Action.READ), space_id, after, size + 1)
         rows = (await self._session.execute(statement)).all()
         items = [to_out(cast_row(row)) for row in rows[:size]]
         self._facts.add_targets([space_id])
@@ -113,17 +116,13 @@ class ReviewService:
             self._session, writer, [NewVersion(ref, row.id, row.valid_from)], at=now
         )
         previous = made.previous
+        decided = {"reviewed_by": principal.principal_id, "reviewed_at": now, "recorded_at": now}
         approved = (
             await self._session.execute(
-                writer.update(liveness=LIVE)
-                .where(Memory.id == memory_id, Memory.review_state == PROPOSED)
+                _decide(writer, memory_id, decided, review_state=None)
                 .values(
-                    review_state=None,
                     version=previous.version + 1 if previous else 1,
                     supersedes=previous.id if previous else None,
-                    recorded_at=now,
-                    reviewed_by=principal.principal_id,
-                    reviewed_at=now,
                 )
                 .returning(*ANSWER)
             )
@@ -149,18 +148,12 @@ class ReviewService:
             ),
         )
         row = await self._proposal(principal, memory_id)
+        decided = {"reviewed_by": principal.principal_id, "reviewed_at": now}
         await self._session.execute(
-            visible(principal, Action.WRITE)
-            .update(liveness=LIVE)
-            .where(Memory.id == memory_id, Memory.review_state == PROPOSED)
-            .values(
-                review_state=REJECTED,
-                review_reason=rejection.reason,
-                reviewed_by=principal.principal_id,
-                reviewed_at=now,
-                # Closed: a tombstone leaves the live indexes (no search walks past it).
-                superseded_at=now,
-            )
+            # Closed too: a tombstone leaves the live indexes (no search walks past it).
+            _decide(
+                visible(principal, Action.WRITE), memory_id, decided, review_state=REJECTED
+            ).values(review_reason=rejection.reason, superseded_at=now)
         )
         await self._session.execute(
             pg_insert(ReviewRejection)
@@ -180,11 +173,7 @@ class ReviewService:
     async def _proposal(self, principal: Principal, memory_id: uuid.UUID) -> Memory:
         """The live memory `memory_id` as the caller sees it, if it is a proposal the caller
         may decide on: 404 if unseen, 403 for a non-reviewer (its writer), 409 if no proposal."""
-        found: Memory | None = await self._session.scalar(
-            visible(principal, Action.READ)
-            .select(Memory, liveness=Liveness.any_version())
-            .where(Memory.id == memory_id)
-        )
+        found = await _one(self._session, visible(principal, Action.READ), memory_id)
         if found is None:
             raise MemoryNotFound(not_found_detail(memory_id))
         targets = await write_targets(self._session, principal)
@@ -197,9 +186,40 @@ class ReviewService:
         return found
 
 
+def _proposals(
+    scope: Visible, space_id: uuid.UUID, after: uuid.UUID | None, limit: int
+) -> Select[Any]:
+    """The proposals of `space_id` the caller sees, newest first, after the cursor's id."""
+    statement = (
+        scope.select(*ANSWER)
+        .where(Memory.space_id == space_id, Memory.review_state == PROPOSED)
+        .order_by(Memory.id.desc())
+        .limit(limit)
+    )
+    return statement if after is None else statement.where(Memory.id < after)
+
+
+async def _one(session: AsyncSession, scope: Visible, memory_id: uuid.UUID) -> Memory | None:
+    """Any version of `memory_id` the caller sees (a decided proposal too: 409, not 404)."""
+    found: Memory | None = await session.scalar(
+        scope.select(Memory, liveness=Liveness.any_version()).where(Memory.id == memory_id)
+    )
+    return found
+
+
+def _decide(
+    scope: Visible, memory_id: uuid.UUID, decided: dict[str, Any], *, review_state: str | None
+) -> Update:
+    """The update that decides the live proposal `memory_id` (nothing else: a decided one is
+    not proposed any more)."""
+    return (
+        scope.update(liveness=LIVE)
+        .where(Memory.id == memory_id, Memory.review_state == PROPOSED)
+        .values(review_state=review_state, **decided)
+    )
+
+
 def _require_reviewer(targets: WriteTargets, space_id: uuid.UUID) -> None:
-    if space_id not in targets.readable:
-        raise SpaceNotFound(f"Space {space_id} does not exist or is not visible to you.")
     if space_id not in targets.reviewable or space_id not in targets.writable:
         raise NotAReviewer(
             f"You are not a reviewer of space {space_id}: reviewing needs the 'review' and "
