@@ -29,7 +29,13 @@ from service.identity.controller import ClientController, PrincipalController
 from service.issuers.controller import IssuerController
 from service.jobs.controller import JobController
 from service.mcp.controller import mcp_routes
-from service.memory.controller import MemoryController, remember_many
+from service.memory.controller import (
+    MemoryController,
+    approve_proposal,
+    list_proposals,
+    reject_proposal,
+    remember_many,
+)
 from service.observability.logging import request_context_middleware
 from service.observability.telemetry import otel_asgi
 from service.policy.controller import (
@@ -118,6 +124,9 @@ def create_app(runtime: Runtime | None = None) -> Litestar:
             OAuthController,
             MemoryController,
             remember_many,
+            list_proposals,
+            approve_proposal,
+            reject_proposal,
             PrincipalController,
             ClientController,
             IssuerController,

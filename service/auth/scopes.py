@@ -15,6 +15,9 @@ class Scope(StrEnum):
     READ_MEMORY = "read:memory"
     WRITE_MEMORY = "write:memory"
     DELETE_MEMORY = "delete:memory"
+    REVIEW_MEMORY = "review:memory"
+    """Approve and reject proposals, and write past review, where policy grants `review`
+    (docs/concepts.md, "Review"). Never effective on a delegated token or for an agent."""
     READ_POLICY = "read:policy"
     MANAGE_POLICY = "manage:policy"
     MANAGE_DELEGATES = "manage:delegates"

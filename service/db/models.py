@@ -41,6 +41,11 @@ EMBEDDING_DIMENSIONS = 256
 
 MEMORY_KINDS = ("fact", "preference", "decision", "episode", "summary", "document")
 LIVE_ROW = "superseded_at IS NULL AND revoked_at IS NULL"
+REVIEW_STATES = ("proposed", "rejected")
+"""`memories.review_state` (migration 20261202_review_state): NULL is an ordinary row; a
+proposal waits for a reviewer, a rejected one is a tombstone no read returns."""
+LIVE_KEY_ROW = f"{LIVE_ROW} AND review_state IS NULL"
+"""The live-key slot: a proposal neither holds nor takes its key's slot until approved."""
 
 
 def _now() -> Any:
@@ -208,6 +213,10 @@ class Memory(Base):
                 "read_requires",
                 "embedding",
                 "embedding_model",
+                # The review clause of Visible (migration 20261202_review_state), so the scan
+                # stays index-only.
+                "review_state",
+                "writer_id",
             ],
             postgresql_where=text(LIVE_ROW),
         ),
@@ -216,7 +225,7 @@ class Memory(Base):
             "ix_memories_visible_count",
             "tenant_id",
             "space_id",
-            postgresql_include=["expires_at", "read_requires"],
+            postgresql_include=["expires_at", "read_requires", "review_state", "writer_id"],
             postgresql_where=text(LIVE_ROW),
         ),
         # At most one live memory per (space, subject, kind, key, audience): supersession's
@@ -230,7 +239,7 @@ class Memory(Base):
             "key",
             "read_requires",
             unique=True,
-            postgresql_where=text(LIVE_ROW),
+            postgresql_where=text(LIVE_KEY_ROW),
         ),
         # The lexical leg of a search (migration 20261201_hybrid_recall): led by the tenant
         # (btree_gin), so a search never reads another tenant's postings, and live rows only.
@@ -259,6 +268,11 @@ class Memory(Base):
             postgresql_ops={"embedding": "vector_cosine_ops"},
             postgresql_where=text(LIVE_ROW),
         ),
+        CheckConstraint(
+            "review_state IS NULL OR review_state IN ('proposed', 'rejected')",
+            name="review_state",
+        ),
+        CheckConstraint("confidence >= 0 AND confidence <= 1", name="confidence"),
     )
 
     tenant_id: Mapped[uuid.UUID] = mapped_column(UUID)
@@ -308,6 +322,15 @@ class Memory(Base):
         "metadata", JSONB, nullable=False, server_default="{}"
     )
     version: Mapped[int] = mapped_column(Integer, nullable=False, server_default="1")
+    # The review state (docs/concepts.md, "Review"): NULL = ordinary; `proposed` = visible to
+    # its writer and the space's reviewers only (version 0 until approved); `rejected` = a
+    # tombstone no read returns. The reason, reviewer and time of the decision stay on the row.
+    review_state: Mapped[str | None] = mapped_column(Text)
+    review_reason: Mapped[str | None] = mapped_column(Text)
+    reviewed_by: Mapped[uuid.UUID | None] = mapped_column(UUID)
+    reviewed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    confidence: Mapped[float | None] = mapped_column(Double)
+    """How sure the writer was (0..1), as it said; recorded and returned, never ranked on."""
 
 
 class MemoryRecall(Base):
@@ -326,8 +349,29 @@ class MemoryRecall(Base):
     recalled_on: Mapped[date] = mapped_column(Date, nullable=False)
 
 
+class ReviewRejection(Base):
+    """A reviewer's rejection of a proposal (service/memory/review.py): the normalized text's
+    hash per space, so the same claim cannot be proposed there again by a non-reviewer. A hash
+    and ids only, no content; the reason stays on the rejected memory row."""
+
+    __tablename__ = "review_rejections"
+    __table_args__ = (
+        PrimaryKeyConstraint("tenant_id", "space_id", "text_hash"),
+        ForeignKeyConstraint(
+            ["tenant_id", "space_id"], ["spaces.tenant_id", "spaces.id"], ondelete="CASCADE"
+        ),
+    )
+
+    tenant_id: Mapped[uuid.UUID] = mapped_column(UUID)
+    space_id: Mapped[uuid.UUID] = mapped_column(UUID)
+    text_hash: Mapped[bytes] = mapped_column(LargeBinary)
+    memory_id: Mapped[uuid.UUID] = mapped_column(UUID, nullable=False)
+    rejected_at: Mapped[datetime] = _now()
+
+
 __all__ = [
     "EMBEDDING_DIMENSIONS",
+    "LIVE_KEY_ROW",
     "LIVE_ROW",
     "MEMORY_KINDS",
     "Client",
@@ -456,7 +500,8 @@ class CasbinRule(Base):
         PrimaryKeyConstraint("tenant_id", "id"),
         ForeignKeyConstraint(["tenant_id"], ["tenants.tenant_id"], ondelete="CASCADE"),
         CheckConstraint(
-            "(ptype = 'p' AND v1 = tenant_id::text AND v3 IN ('read', 'write', 'delete')) "
+            "(ptype = 'p' AND v1 = tenant_id::text "
+            "AND v3 IN ('read', 'write', 'delete', 'review')) "
             "OR (ptype IN ('g', 'g2') AND v2 = tenant_id::text AND v3 IS NULL)",
             name="shape",
         ),
@@ -505,7 +550,7 @@ class RoleGrant(Base):
     __tablename__ = "role_grants"
     __table_args__ = (
         PrimaryKeyConstraint("tenant_id", "role", "action", "space_id"),
-        CheckConstraint("action IN ('read', 'write', 'delete')", name="action"),
+        CheckConstraint("action IN ('read', 'write', 'delete', 'review')", name="action"),
         Index("ix_role_grants_tenant_id_space_id_action", "tenant_id", "space_id", "action"),
     )
 

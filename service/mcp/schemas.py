@@ -13,6 +13,7 @@ from typing import Annotated
 import msgspec
 
 from service.memory.repository import MemoryFilters
+from service.memory.review import RejectReason
 from service.memory.schemas import AsOf, GroupBy, Key, Kind, KnownAt, MemoryCreate, Subject
 
 MemoryId = Annotated[
@@ -53,6 +54,27 @@ class MemoryChange(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 
     id: MemoryId
     if_match: IfMatch = None
+
+
+class MemoryRef(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """A memory by id (approve)."""
+
+    id: MemoryId
+
+
+class RejectArguments(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    id: MemoryId
+    reason: RejectReason
+
+
+class ProposalsArguments(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    space_id: Annotated[str, msgspec.Meta(description="The space whose proposals to list.")]
+    cursor: Annotated[
+        str | None, msgspec.Meta(description="`next_cursor` of the previous page.")
+    ] = None
+    limit: Annotated[
+        int | None, msgspec.Meta(description="Proposals per page (1-100, default 50).")
+    ] = None
 
 
 class MemoryAt(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):

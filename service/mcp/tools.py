@@ -30,10 +30,14 @@ from service.mcp.schemas import (
     ListArguments,
     MemoryAt,
     MemoryChange,
+    MemoryRef,
+    ProposalsArguments,
+    RejectArguments,
     RememberArguments,
 )
 from service.memory import operations as memory_ops
 from service.memory.etags import parse_if_match
+from service.memory.review import Rejection, ReviewService
 from service.memory.schemas import MemoryBatch, SearchRequest
 from service.memory.service import MemoryService, time_travel
 from service.operations import OPERATIONS, Operation
@@ -227,6 +231,35 @@ async def forget(call: Call, runtime: Runtime, data: MemoryChange) -> dict[str, 
     precondition = parse_if_match(data.if_match)
     await _memories(call, runtime).delete(_caller(call), memory_id, precondition)
     return {"deleted": str(memory_id)}
+
+
+# Review (docs/concepts.md, "Review"): the reviewer's side; a writer sees its own proposals
+# through get_memory and list_memories (status `proposed`).
+@tool(
+    memory_ops.LIST_PROPOSALS, name="list_proposals", arguments=ProposalsArguments, read_only=True
+)
+async def list_proposals(call: Call, runtime: Runtime, data: ProposalsArguments) -> msgspec.Struct:
+    """The proposals waiting for review in a space you review, newest first, with cursor
+    pagination."""
+    return await ReviewService(call.db, facts=call.facts).list_proposals(
+        _caller(call), parse_id(data.space_id), data.cursor, data.limit
+    )
+
+
+@tool(memory_ops.APPROVE, name="approve", arguments=MemoryRef, read_only=False)
+async def approve(call: Call, runtime: Runtime, data: MemoryRef) -> msgspec.Struct:
+    """Approve a proposal (its id, from list_proposals): it becomes the live version of its
+    key, superseding the live one."""
+    return await ReviewService(call.db, facts=call.facts).approve(_caller(call), parse_id(data.id))
+
+
+@tool(memory_ops.REJECT, name="reject", arguments=RejectArguments, read_only=False)
+async def reject(call: Call, runtime: Runtime, data: RejectArguments) -> msgspec.Struct:
+    """Reject a proposal with a reason: it becomes a tombstone, and the same text cannot be
+    proposed into that space again."""
+    return await ReviewService(call.db, facts=call.facts).reject(
+        _caller(call), parse_id(data.id), Rejection(reason=data.reason)
+    )
 
 
 CONSOLIDATE = "memory.consolidate"

@@ -22,6 +22,7 @@ from service.memory import operations as ops
 from service.memory.batch import decode_batch
 from service.memory.etags import parse_if_match
 from service.memory.repository import MemoryFilters
+from service.memory.review import Rejected, Rejection, ReviewService
 from service.memory.schemas import (
     KEY_PATTERN,
     SUBJECT_PATTERN,
@@ -101,6 +102,10 @@ IfMatchHeader = Annotated[str | None, IF_MATCH]
 def _tagged(written: MemoryWritten) -> Response[MemoryWritten]:
     """A write's answer with the new version's ETag."""
     return Response(written, status_code=201, headers={"ETag": written.memory.etag})
+
+
+def _review(call: Call) -> ReviewService:
+    return ReviewService(call.db, facts=call.facts)
 
 
 class MemoryController(Controller):
@@ -245,3 +250,46 @@ async def remember_many(
     in order, or none: any failing item answers 422 `batch-rejected` listing every failing
     item. One audit row for the call, with its counts."""
     return await _service(call, runtime).write_batch(request.user, data)
+
+
+@get("/v1/spaces/{space_id:str}/proposals", tags=["memories"], **route(ops.LIST_PROPOSALS))
+async def list_proposals(
+    request: AuthedRequest,
+    space_id: FromPath[str],
+    call: CallDep,
+    cursor: FromQuery[str | None] = None,
+    limit: Annotated[
+        int | None, QueryParameter(description="Page size (1-100, default 50).")
+    ] = None,
+) -> MemoryPage:
+    """The proposals waiting for review in a space you review, newest first, with cursor
+    pagination (a space you cannot see: 404; one you see but do not review: 403)."""
+    return await _review(call).list_proposals(request.user, parse_id(space_id), cursor, limit)
+
+
+@post(
+    "/v1/memories/{memory_id:str}/approve",
+    tags=["memories"],
+    status_code=200,
+    **route(ops.APPROVE),
+)
+async def approve_proposal(
+    request: AuthedRequest, memory_id: FromPath[str], call: CallDep
+) -> MemoryWritten:
+    """Approve a proposal: it becomes the live version of its key, superseding the live one
+    as any write does, numbered after the key's newest version."""
+    return await _review(call).approve(request.user, parse_id(memory_id))
+
+
+@post(
+    "/v1/memories/{memory_id:str}/reject",
+    tags=["memories"],
+    status_code=200,
+    **route(ops.REJECT),
+)
+async def reject_proposal(
+    request: AuthedRequest, memory_id: FromPath[str], data: JSONBody[Rejection], call: CallDep
+) -> Rejected:
+    """Reject a proposal with a reason: it becomes a tombstone no read returns, and the same
+    text (ignoring case and white space) cannot be proposed into that space again."""
+    return await _review(call).reject(request.user, parse_id(memory_id), data)

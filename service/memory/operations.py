@@ -10,7 +10,10 @@ from service.memory.problems import (
     KeyChoiceRequired,
     KOutOfRange,
     MemoryNotFound,
+    NotAProposal,
+    NotAReviewer,
     NoWritableSpace,
+    ProposalRejected,
     ReadTooBroad,
     ReservedForJobs,
     SearchTooBroad,
@@ -39,6 +42,7 @@ WRITE = operation(
     KeyChoiceRequired,
     EvidenceRequired,
     ReservedForJobs,
+    ProposalRejected,
     success=201,
     idempotent=True,
     conditional=True,
@@ -132,9 +136,43 @@ REVERT = operation(
     NoWritableSpace,
     EmbeddingInvalid,
     EmbeddingFailed,
+    ProposalRejected,
     success=201,
     idempotent=True,
     conditional=True,
+)
+
+# Review (issue 15): proposals of reviewed spaces, decided by their reviewers.
+LIST_PROPOSALS = operation(
+    "memory.list_proposals",
+    "listProposals",
+    "List the proposals waiting for review in a space you review, newest first",
+    Scope.REVIEW_MEMORY,
+    SpaceNotFound,
+    NotAReviewer,
+    BadCursor,
+    ReadTooBroad,
+    read_only=True,
+)
+APPROVE = operation(
+    "memory.approve",
+    "approveProposal",
+    "Approve a proposal: it becomes the live version of its key, superseding as usual",
+    Scope.REVIEW_MEMORY,
+    MemoryNotFound,
+    NotAReviewer,
+    NotAProposal,
+    idempotent=True,
+)
+REJECT = operation(
+    "memory.reject",
+    "rejectProposal",
+    "Reject a proposal: it becomes a tombstone, and its text cannot be proposed there again",
+    Scope.REVIEW_MEMORY,
+    MemoryNotFound,
+    NotAReviewer,
+    NotAProposal,
+    idempotent=True,
 )
 
 # Jobs (issue 13): run by the job runner as the tenant's job principal, one call per batch.

@@ -71,3 +71,20 @@ class BatchRejected(Problem, slug="batch-rejected", status=422, title="Batch rej
     """At least one item of a batch write failed, so none was written (all or nothing).
     `errors` lists every failing item: its `index`, the `status`, `type`, `title` and `detail`
     the single write would have answered for it. Fix those items and send the batch again."""
+
+
+class NotAReviewer(Problem, slug="not-a-reviewer", status=403, title="Not a reviewer"):
+    """You may see the space (or the proposal, as its writer) but are none of its reviewers:
+    reviewing needs a `review` and a `write` grant on the space, a token with `review:memory`,
+    and a caller that is no agent (a delegated token never reviews). Nothing changed."""
+
+
+class NotAProposal(Problem, slug="not-a-proposal", status=409, title="Not a proposal"):
+    """The memory is not waiting for review (it is an ordinary memory, or was approved
+    already). Nothing changed."""
+
+
+class ProposalRejected(Problem, slug="proposal-rejected", status=409, title="Proposal rejected"):
+    """A reviewer of the space rejected this text before (compared after Unicode NFKC, case
+    folding and collapsing white space), so it cannot be proposed there again; only a reviewer
+    may write it. Nothing was written: write something else, or ask a reviewer."""

@@ -171,6 +171,8 @@ ANSWER = (
     Memory.read_requires,
     Memory.embedding_model,
     Memory.retracted_at,
+    Memory.review_state,
+    Memory.confidence,
 )
 """The columns a search hit shows (service.memory.service.to_out): not the vector, the
 lexemes or the content hash, which are the widest and which the answer never carries."""
@@ -225,6 +227,10 @@ class MemoryRow(Protocol):
     def embedding_model(self) -> str: ...
     @property
     def retracted_at(self) -> datetime | None: ...
+    @property
+    def review_state(self) -> str | None: ...
+    @property
+    def confidence(self) -> float | None: ...
 
 
 Hit = tuple[MemoryRow, float]
@@ -439,6 +445,8 @@ def _build_live_keys(scope: Visible) -> Select[Any]:
             Memory.subject == questions.c.subject,
             Memory.kind == questions.c.kind,
             Memory.read_requires == cast(questions.c.read_requires, _UUIDS),
+            # Proposals are nobody's keys yet (service/memory/review.py).
+            Memory.review_state.is_(None),
         )
         .order_by(written_key.desc(), Memory.key)
         .limit(questions.c.rows)
@@ -551,6 +559,8 @@ def _build_supersede(scope: Visible) -> Select[Any]:
         Memory.kind == given.c.kind,
         Memory.key == given.c.key,
         Memory.read_requires == cast(given.c.read_requires, _UUIDS),
+        # Proposals and tombstones are no versions of the key (service/memory/review.py).
+        Memory.review_state.is_(None),
     )
     newest = (
         scope.select(

@@ -17,8 +17,10 @@ SUBJECT_PATTERN = r"^[^\s\x00-\x1f]+$(?!\n)"
 KEY_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:/-]*$(?!\n)"
 
 Kind = Literal["fact", "preference", "decision", "episode", "summary", "document"]
-Status = Literal["live", "superseded", "expired", "retracted"]
-"""`retracted`: deleted; only history shows it, as a content-free stub that keeps its number."""
+Status = Literal["live", "superseded", "expired", "retracted", "proposed"]
+"""`retracted`: deleted; only history shows it, as a content-free stub that keeps its number.
+`proposed`: written into a reviewed space by a non-reviewer; only its writer and the space's
+reviewers see it, until approved (then `live`, numbered) or rejected (then gone)."""
 
 AsOf = Annotated[
     datetime,
@@ -63,6 +65,14 @@ Value = Annotated[
     ),
 ]
 TtlSeconds = Annotated[int, msgspec.Meta(ge=1, le=315_360_000)]
+Confidence = Annotated[
+    float,
+    msgspec.Meta(
+        ge=0.0,
+        le=1.0,
+        description="How sure the writer is, 0 to 1: recorded and returned, never ranked on.",
+    ),
+]
 Source = Annotated[str, msgspec.Meta(max_length=200, pattern=NO_NUL)]
 
 
@@ -75,6 +85,7 @@ class MemoryCreate(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     valid_from: datetime | None = None
     metadata: dict[str, Any] | None = None
     source: Source | None = None
+    confidence: Confidence | None = None
     space_id: uuid.UUID | None = None
     derived_from: Annotated[list[uuid.UUID], msgspec.Meta(max_length=100)] = []
     """Memories this one was derived from (ids you can read). It is then visible only to
@@ -184,6 +195,7 @@ class MemoryOut(msgspec.Struct, kw_only=True):
     superseded_by: uuid.UUID | None
     metadata: dict[str, Any]
     version: int
+    """0 while `proposed`: a proposal is numbered when it is approved."""
     etag: Annotated[
         str,
         msgspec.Meta(
@@ -193,6 +205,8 @@ class MemoryOut(msgspec.Struct, kw_only=True):
         ),
     ]
     provenance: Provenance
+    confidence: float | None = None
+    """How sure the writer said it was (0..1), if it said."""
     retracted_at: datetime | None = None
     """When the version was deleted (status `retracted`: value "", metadata {}, no source)."""
 

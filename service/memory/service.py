@@ -21,7 +21,7 @@ from service.db.base import uuid7
 from service.db.models import Memory
 from service.embeddings import Embedder, model_tag
 from service.embeddings.base import EmbeddingInvalid
-from service.memory import repository
+from service.memory import proposals, repository
 from service.memory.batch import batch_rejected
 from service.memory.etags import IfMatch, etag_of
 from service.memory.problems import (
@@ -209,6 +209,17 @@ class Planned:
     """The writer's personal space (what `narrowing` tells the writer)."""
     if_match: IfMatch | None = None
     """The live version of its key the write expects (`If-Match`), checked under the lock."""
+    proposed: bool = False
+    """It lands as a proposal (a reviewed space, a writer who is none of its reviewers): it
+    supersedes nothing and is numbered only when approved (service/memory/review.py)."""
+
+    @property
+    def space_id(self) -> uuid.UUID:
+        return self.ref.space_id
+
+    @property
+    def value(self) -> str:
+        return self.data.value
 
 
 class GateRefused(Exception):
@@ -365,6 +376,7 @@ class MemoryService:
             read_requires,
             gated=gated and gates.write_gate,
             personal=targets.personal,
+            proposed=targets.proposes(space_id),
         )
 
     async def _write_planned(
@@ -384,13 +396,16 @@ class MemoryService:
         await self._check_preconditions(principal, planned)  # under the locks just taken
         ids = [uuid7() for _ in planned]
         refused = await self._write_gate(principal, planned, ids)
+        refused += await proposals.rejected_again(self._session, principal, planned)
         if refused:
-            raise GateRefused(refused)
+            raise GateRefused(sorted(refused, key=lambda failure: failure[0]))
         scope = visible(principal, Action.WRITE)
         first: dict[KeyRef, int] = {}
         latest: dict[KeyRef, int] = {}
         after: dict[int, int] = {}  # index -> index of the next write of its key
         for index, one in enumerate(planned):
+            if one.proposed:
+                continue  # a proposal joins its key's chain when approved, not before
             if one.ref in first:
                 after[latest[one.ref]] = index
             else:
@@ -412,6 +427,23 @@ class MemoryService:
         answers: list[MemoryWritten] = []
         chained: dict[KeyRef, Memory] = {}
         for index, one in enumerate(planned):
+            if one.proposed:
+                row = proposals.proposal(
+                    self._new_row(
+                        principal, one.data, one.ref, vectors[index], now, ids[index], None
+                    )
+                )
+                row.derived_from, row.read_requires = one.derived_from, one.read_requires
+                answers.append(
+                    MemoryWritten(
+                        memory=to_out(row),
+                        superseded=[],
+                        audience_narrowed=narrowing(row.space_id, one.read_requires, one.personal),
+                    )
+                )
+                rows.append(row)
+                self._facts.add_targets([row.id])
+                continue
             earlier = chained.get(one.ref)
             if earlier is None:
                 previous, superseded = by_first[index].previous, by_first[index].superseded
@@ -1128,6 +1160,7 @@ class MemoryService:
             source=data.source,
             metadata_=data.metadata or {},
             version=previous.version + 1 if previous else 1,
+            confidence=data.confidence,
         )
 
 
@@ -1234,6 +1267,8 @@ def not_found_detail(memory_id: uuid.UUID) -> str:
 
 
 def status_of(row: MemoryRow) -> Status:
+    if row.review_state == "proposed":
+        return "proposed"
     if row.retracted_at is not None:
         return "retracted"
     if row.superseded_at is not None:
@@ -1274,6 +1309,7 @@ def to_out(row: MemoryRow) -> MemoryOut:
         ),
         retracted_at=row.retracted_at,
         etag=etag_of(row.id, row.version),
+        confidence=row.confidence,
     )
 
 

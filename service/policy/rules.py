@@ -24,6 +24,8 @@ NAME = re.compile(rf"(?:(?:user|agent|service|team|space):{_UUID}|role:[a-z][a-z
 MAX_CHAIN = 8
 """Longest chain of `g` (membership) or `g2` (sub-space) links the API accepts."""
 ACTIONS = ("read", "write", "delete")
+"""What a principal holds on its personal space. `review` (docs/concepts.md, "Review") is
+granted only by a rule."""
 POLICY_ADMIN = "role:policy_admin"
 """Members (directly or through teams) may change the tenant's policy (with `manage:policy`)."""
 AUDITOR = "role:auditor"

@@ -12,7 +12,7 @@ from service.db.types import NO_NUL
 from service.policy.space_settings import SpaceSettings
 
 Name = Annotated[str, msgspec.Meta(min_length=1, max_length=200, pattern=NO_NUL)]
-PolicyAction = Literal["read", "write", "delete"]
+PolicyAction = Literal["read", "write", "delete", "review"]
 PolicyRole = Literal["policy_admin", "external_admin"]
 
 

@@ -67,6 +67,11 @@ class SpaceSettings(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     never age out for being unused."""
     consolidation: ConsolidationPolicy = msgspec.field(default_factory=ConsolidationPolicy)
     """Cross-space summaries and the source policy of `memory.consolidate`."""
+    review: bool = False
+    """Writes into this space by a writer who is not one of its reviewers (a `review` grant on
+    the space and a token with `review:memory`; never an agent or a delegated token) land as
+    proposals: visible to their writer and the space's reviewers only, until a reviewer
+    approves or rejects them (docs/concepts.md, "Review"). Off by default."""
 
 
 DEFAULT = SpaceSettings()

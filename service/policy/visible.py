@@ -27,6 +27,7 @@ from functools import cached_property
 from typing import Any, Generic, TypeVar
 
 from sqlalchemy import (
+    Boolean,
     ColumnElement,
     Delete,
     FromClause,
@@ -51,7 +52,9 @@ from sqlalchemy.orm import aliased
 from sqlalchemy.orm.util import AliasedClass
 
 from service.auth.principal import GrantSnapshot, Principal
+from service.auth.scopes import Scope
 from service.db.models import Memory, Space, SpaceGrant
+from service.db.models import Principal as PrincipalRow
 from service.observability.telemetry import span
 from service.policy.space_settings import DEFAULT as DEFAULT_SPACE_SETTINGS
 from service.policy.space_settings import SpaceSettings
@@ -65,6 +68,8 @@ class Action(StrEnum):
     READ = "read"
     WRITE = "write"
     DELETE = "delete"
+    REVIEW = "review"
+    """Approve or reject the proposals of a space, and see them (docs/concepts.md, "Review")."""
 
 
 VISIBLE_MARK = "/* memgate:visible */"
@@ -282,7 +287,30 @@ class Visible:
         ]
         if self.readable is not None:
             conditions.append(rows.space_id == any_(readable))
-        return and_(*conditions, *liveness.conditions(rows))
+        return and_(*conditions, self._reviewed(rows), *liveness.conditions(rows))
+
+    def _reviewed(self, rows: Any) -> ColumnElement[bool]:
+        """The review clause (docs/concepts.md, "Review"): an ordinary row, or a proposal the
+        caller wrote or may review. A rejected row (a tombstone) reaches no one; neither does a
+        proposal reach a job run or a fixed set of spaces (jobs never see proposals)."""
+        ordinary: ColumnElement[bool] = rows.review_state.is_(None)
+        if self.caller is None or self.caller.within is not None:
+            return ordinary
+        me = _bound_ids(self.caller, self.action)["principal"]
+        return or_(
+            ordinary,
+            and_(
+                rows.review_state == literal("proposed"),
+                or_(rows.writer_id == me, rows.space_id == any_(self.reviewable)),
+            ),
+        )
+
+    @cached_property
+    def reviewable(self) -> ColumnElement[Any]:
+        """A `uuid[]`: the spaces whose proposals the caller may see and decide on."""
+        if self.caller is None:
+            return cast(literal([], _UUID_ARRAY), _UUID_ARRAY)
+        return _granted_array(self.caller, Action.REVIEW)
 
     def select(
         self, *columns: Any, liveness: Liveness = LIVE, on: MemoryRows | None = None
@@ -371,6 +399,8 @@ def _granted_spaces(principal: Principal, action: Action) -> Select[uuid.UUID]:
         SpaceGrant.principal_id == ids["principal"],
         SpaceGrant.action == action.value,
     )
+    if action is Action.REVIEW:
+        granted = granted.where(*_may_review(principal, ids))
     if principal.within is not None:
         # A job run: the grants now, inside those held at enqueue. `read_requires` is tested
         # against the read set built here, so a row needing a space outside the snapshot is
@@ -391,6 +421,36 @@ def _granted_spaces(principal: Principal, action: Action) -> Select[uuid.UUID]:
         )
         .exists()
     )
+
+
+def may_review(principal: Principal) -> bool:
+    """Whether this call may exercise a `review` grant at all: its token carries
+    `review:memory`, and it is no agent acting for a user (a delegated token), nor a job run.
+    Agents never review: a delegated agent's writes into a reviewed space stay proposals,
+    whatever the user it acts for may do."""
+    return (
+        principal.has_scope(Scope.REVIEW_MEMORY)
+        and principal.actor_id is None
+        and principal.within is None
+    )
+
+
+def _may_review(
+    principal: Principal, ids: dict[str, ColumnElement[uuid.UUID]]
+) -> list[ColumnElement[bool]]:
+    """The review grant counts only for a call `may_review` lets (a named parameter, so the
+    statement's shape does not depend on it), and never for a principal of kind agent."""
+    allowed = bindparam("visible_may_review", may_review(principal), type_=Boolean)
+    not_an_agent = (
+        sa_select(PrincipalRow.id)
+        .where(
+            PrincipalRow.tenant_id == ids["tenant"],
+            PrincipalRow.id == ids["principal"],
+            PrincipalRow.kind != "agent",
+        )
+        .exists()
+    )
+    return [allowed, not_an_agent]
 
 
 def _bound_ids(principal: Principal, action: Action) -> dict[str, ColumnElement[uuid.UUID]]:
@@ -434,7 +494,7 @@ def bound_values(principal: Principal) -> dict[str, Any]:
     """The caller's values of the named parameters a `Visible` statement carries: a statement
     built once for `shape_of(principal)` runs for this caller with these parameters. Two
     callers' predicates never share a statement (their grant CTEs would carry one name)."""
-    values: dict[str, Any] = {}
+    values: dict[str, Any] = {"visible_may_review": may_review(principal)}
     for action in Action:
         values[f"visible_tenant_{action.value}"] = principal.tenant_id
         values[f"visible_principal_{action.value}"] = principal.principal_id
@@ -480,6 +540,14 @@ class WriteTargets:
     writable: tuple[uuid.UUID, ...]
     personal: uuid.UUID | None
     settings: dict[uuid.UUID, SpaceSettings] = field(default_factory=dict)
+    reviewable: frozenset[uuid.UUID] = frozenset()
+    """The spaces whose reviewers the caller counts among (`may_review` and a `review` grant):
+    its writes there are never proposals."""
+
+    def proposes(self, space_id: uuid.UUID) -> bool:
+        """A write into `space_id` lands as a proposal: the space is reviewed and the writer
+        is none of its reviewers."""
+        return self.settings_of(space_id).review and space_id not in self.reviewable
 
     def settings_of(self, space_id: uuid.UUID) -> SpaceSettings:
         return self.settings.get(space_id, DEFAULT_SPACE_SETTINGS)
@@ -493,7 +561,8 @@ async def write_targets(session: AsyncSession, principal: Principal) -> WriteTar
     row = (await session.execute(statement, params)).one()
     reads = frozenset(row[0])
     settings = {uuid.UUID(key): stored_space_settings(raw) for key, raw in (row[3] or {}).items()}
-    return WriteTargets(reads, tuple(s for s in row[1] if s in reads), row[2], settings)
+    writes = tuple(s for s in row[1] if s in reads)
+    return WriteTargets(reads, writes, row[2], settings, frozenset(row[4]) & reads)
 
 
 def _build_write_targets(scope: Visible) -> Select[Any]:
@@ -505,6 +574,7 @@ def _build_write_targets(scope: Visible) -> Select[Any]:
         writable,
         _personal_space(principal).scalar_subquery(),
         _space_settings(principal, writable),
+        _granted_array(principal, Action.REVIEW),
     )
 
 

@@ -32,6 +32,9 @@ TOOL_ACTIONS = {
     "list_memories": "memory.list",
     "count_memories": "memory.count",
     "forget": "memory.delete",
+    "list_proposals": "memory.list_proposals",
+    "approve": "memory.approve",
+    "reject": "memory.reject",
     "request_consolidation": "jobs.start",
 }
 

@@ -18,12 +18,21 @@ from tests.integration.memory.support import (
     call,
     count_memories,
     issuer_body,
+    problem_uri,
     random_id,
     scalar,
     target_id,
 )
 
 ADMIN_ONLY = "manage:policy"
+
+
+REVIEW = "review:memory"
+
+
+def _agent_scopes(route: Route) -> tuple[str, ...]:
+    """An agent's registered scopes: the memory ones, and `review:memory` for a review route."""
+    return (*MEMORY_SCOPES, REVIEW) if route.scope == REVIEW else MEMORY_SCOPES
 
 
 async def check_unauthenticated(http: Any, route: Route) -> None:
@@ -55,7 +64,13 @@ async def _own_targets(api: Api, agent: Agent) -> Targets:
     body = issuer_body(Targets("", "", "")) | {"issuer": "https://login.targets.matrix.test"}
     issuer = await api.http.post("/v1/issuers", json=body, headers=api.admin.headers)
     assert issuer.status_code == 201, issuer.text
-    return Targets(memory["id"], agent.principal_id, agent.client_id, issuer.json()["id"])
+    return Targets(
+        memory["id"],
+        agent.principal_id,
+        agent.client_id,
+        issuer.json()["id"],
+        space_id=memory["space_id"],
+    )
 
 
 async def _state(api: Api, targets: Targets) -> tuple[Any, ...]:
@@ -82,11 +97,11 @@ def _assert_insufficient(response: Any, scope: str) -> None:
 
 async def check_insufficient_scope(api: Api, route: Route) -> None:
     """Tokens that hold everything but the route's scope: 403 naming it, and nothing changes."""
-    alice = await api.new_agent("alice")
+    alice = await api.new_agent("alice", scopes=_agent_scopes(route))
     targets = await _own_targets(api, alice)
     body = route.body(targets) if route.body else None
     tokens: list[str] = []
-    if route.scope in MEMORY_SCOPES:
+    if route.scope in (*MEMORY_SCOPES, REVIEW):
         others = " ".join(scope for scope in MEMORY_SCOPES if scope != route.scope)
         tokens.append(await api.access_token(alice.client_id, alice.secret, others))
         # The admin client holds every scope; narrowed to the other ones it is refused too.
@@ -120,7 +135,11 @@ async def check_cross_tenant_not_found(api: Api, route: Route) -> None:
     other = await api.other_tenant()
     carol = await other.new_agent("carol")
     foreign = await _own_targets(other, carol)
-    caller = await api.new_agent("alice") if route.group == "memory" else api.admin
+    caller = (
+        await api.new_agent("alice", scopes=_agent_scopes(route))
+        if route.group == "memory"
+        else api.admin
+    )
     foreign_ids = [target_id(route, foreign)]
     if route.resource == "memory":
         bob = await api.new_agent("bob")
@@ -128,12 +147,13 @@ async def check_cross_tenant_not_found(api: Api, route: Route) -> None:
     before = await _state(other, foreign)
 
     fresh = random_id()
-    baseline = await call(api.http, route, fresh, caller.headers)
+    body = route.body(foreign) if route.body else None  # a valid body: only the id is wrong
+    baseline = await call(api.http, route, fresh, caller.headers, body)
     baseline_problem = assert_problem(baseline, 404, route.not_found_slug)
     assert fresh in baseline_problem["detail"]
     expected = baseline.content.replace(fresh.encode(), b"{id}")
     for foreign_id in foreign_ids:
-        response = await call(api.http, route, foreign_id, caller.headers)
+        response = await call(api.http, route, foreign_id, caller.headers, body)
         problem = assert_problem(response, 404, route.not_found_slug)
         assert {k: problem[k] for k in ("type", "title", "status")} == {
             k: baseline_problem[k] for k in ("type", "title", "status")
@@ -155,9 +175,9 @@ async def check_cross_tenant_not_found(api: Api, route: Route) -> None:
 
 async def check_minimal_scope(api: Api, route: Route) -> None:
     """A token holding only the route's scope is enough, and the answer carries the right data."""
-    alice = await api.new_agent("alice")
+    alice = await api.new_agent("alice", scopes=_agent_scopes(route))
     targets = await _own_targets(api, alice)
-    caller = alice if route.scope in MEMORY_SCOPES else api.admin
+    caller = alice if route.scope in (*MEMORY_SCOPES, REVIEW) else api.admin
     scope = route.scope
     if str(route) == "PUT /v1/principals/{id}/roles/auditor":
         # Granting the auditor role hands out audit reading: the granter holds read:audit too
@@ -219,6 +239,9 @@ async def check_minimal_scope(api: Api, route: Route) -> None:
             (targets.memory_id, 2, [targets.memory_id]),
         ),
         "DELETE /v1/memories/{id}": lambda b: (b, None),
+        "POST /v1/memories/{id}/approve": lambda b: (b["type"], problem_uri("not-a-reviewer")),
+        "POST /v1/memories/{id}/reject": lambda b: (b["type"], problem_uri("not-a-reviewer")),
+        "GET /v1/spaces/{id}/proposals": lambda b: (b["type"], problem_uri("not-a-reviewer")),
         "POST /v1/principals": lambda b: (
             (b["display_name"], b["kind"], b["personal_space_id"] is not None),
             ("matrix-bot", "agent", True),

@@ -85,6 +85,7 @@ class Targets:
     principal_id: str
     client_id: str
     issuer_id: str = ""
+    space_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -157,6 +158,18 @@ ROUTES: tuple[Route, ...] = (
     Route(
         "DELETE", "/v1/memories/{id}", "delete:memory", "memory", resource="memory", ok_status=204
     ),
+    # Review (issue 15): the scope lets the call in; alice reviews no space (403 by policy).
+    Route("POST", "/v1/memories/{id}/approve", "review:memory", "memory", "memory", ok_status=403),
+    Route(
+        "POST",
+        "/v1/memories/{id}/reject",
+        "review:memory",
+        "memory",
+        "memory",
+        body=lambda _: {"reason": "matrix"},
+        ok_status=403,
+    ),
+    Route("GET", "/v1/spaces/{id}/proposals", "review:memory", "memory", "space", ok_status=403),
     Route("POST", "/v1/principals", "manage:policy", "admin", body=_principal_body, ok_status=201),
     Route("GET", "/v1/principals", "manage:policy", "admin"),
     Route("GET", "/v1/principals/{id}", "manage:policy", "admin", resource="principal"),
@@ -200,6 +213,8 @@ def target_id(route: Route, targets: Targets) -> str:
         return targets.client_id
     if route.resource == "issuer":
         return targets.issuer_id
+    if route.resource == "space":
+        return targets.space_id
     return random_id()
 
 

@@ -290,6 +290,7 @@ async def _evidence_space(api: Api, *members: Agent) -> str:
         "evidence_gate": True,
         "max_unused_days": None,
         "consolidation": {"with_spaces": [], "excluded_sources": ["external:"]},
+        "review": False,
     }
     return team
 

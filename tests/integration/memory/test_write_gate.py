@@ -214,6 +214,7 @@ async def test_a_space_can_turn_the_gate_off(api: Api) -> None:
             "evidence_gate": False,
             "max_unused_days": None,
             "consolidation": CONSOLIDATION,
+            "review": False,
         },
     }
     assert (await _write(api, alice, key="b", space_id=team)).status_code == 201
@@ -228,12 +229,14 @@ async def test_a_space_can_turn_the_gate_off(api: Api) -> None:
         "evidence_gate": False,
         "max_unused_days": None,
         "consolidation": CONSOLIDATION,
+        "review": False,
     }
     assert {
         "write_gate": True,
         "evidence_gate": False,
         "max_unused_days": None,
         "consolidation": CONSOLIDATION,
+        "review": False,
     } in settings.values()
 
     # Back on (a field left out takes its default).
@@ -243,6 +246,7 @@ async def test_a_space_can_turn_the_gate_off(api: Api) -> None:
         "evidence_gate": False,
         "max_unused_days": None,
         "consolidation": CONSOLIDATION,
+        "review": False,
     }
     assert_problem(await _write(api, alice, key="c", space_id=team), 409, "key-choice-required")
 

@@ -342,6 +342,29 @@ PROBES: tuple[Probe, ...] = (
         "memory-not-found",
         caller=_agent,
     ),
+    # review (issue 15): the admin holds review:memory, not the other tenant's grants
+    _id(
+        f"POST {MEMORY}/approve",
+        "/v1/memories/{value}/approve",
+        "memory",
+        memory_id_of,
+        "memory-not-found",
+    ),
+    Probe(
+        f"POST {MEMORY}/reject",
+        ID,
+        "memory",
+        lambda side, value: Ask("POST", f"/v1/memories/{value}/reject", json={"reason": "no"}),
+        memory_id_of,
+        "memory-not-found",
+    ),
+    _id(
+        "GET /v1/spaces/{id}/proposals",
+        "/v1/spaces/{value}/proposals",
+        "space",
+        space_id_of,
+        "space-not-found",
+    ),
     Probe(
         "POST /v1/memories",
         BODY,

@@ -55,6 +55,22 @@ class ToolProbe:
 
 
 TOOL_PROBES = (
+    ToolProbe("approve", "id", lambda v: {"id": v}, memory_id_of, "memory-not-found", by_id=True),
+    ToolProbe(
+        "reject",
+        "id",
+        lambda v: {"id": v, "reason": "no"},
+        memory_id_of,
+        "memory-not-found",
+        by_id=True,
+    ),
+    ToolProbe(
+        "list_proposals",
+        "space_id",
+        lambda v: {"space_id": v},
+        space_id_of,
+        "space-not-found",
+    ),
     ToolProbe(
         "get_memory", "id", lambda v: {"id": v}, memory_id_of, "memory-not-found", by_id=True
     ),

@@ -120,7 +120,9 @@ async def seed_side(api: Api, tag: str) -> Side:
         "principal": f"person-{tag}",
     }
     agent_principal = await api.new_principal(f"agent-{tag}", kind="agent")
-    created = await api.new_client(agent_principal["id"], MEMORY_SCOPES)
+    # review:memory too: the review tools and routes then answer past the scope (an agent
+    # never reviews, so they answer as for any id it cannot see or decide on).
+    created = await api.new_client(agent_principal["id"], (*MEMORY_SCOPES, "review:memory"))
     client_id, secret = created["client"]["client_id"], created["client_secret"]
     agent = Agent(
         agent_principal["id"],
@@ -129,7 +131,9 @@ async def seed_side(api: Api, tag: str) -> Side:
         await api.access_token(client_id, secret),
         MEMORY_SCOPES,
     )
-    user = await api.new_agent(f"user-{tag}", scopes=(*MEMORY_SCOPES, "manage:delegates"))
+    user = await api.new_agent(
+        f"user-{tag}", scopes=(*MEMORY_SCOPES, "review:memory", "manage:delegates")
+    )
     team = await _ok(api, "POST", "/v1/teams", 201, json={"name": names["team"]})
     space = (await _ok(api, "POST", "/v1/spaces", 201, json={"name": names["space"]}))["space"]
     for action in ("read", "write"):

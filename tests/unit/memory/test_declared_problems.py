@@ -22,7 +22,7 @@ import pytest
 
 from service.embeddings.base import EmbeddingFailed, EmbeddingInvalid
 from service.jobs.registry import JOBS
-from service.memory import controller, repository, service
+from service.memory import controller, repository, review, service
 from service.memory import operations as ops
 from service.operations import Operation
 from service.problems import Problem
@@ -43,13 +43,17 @@ def _functions(module: ModuleType) -> dict[str, ast.AST]:
     return found
 
 
-SERVICE = _functions(service)
+SERVICE = _functions(review) | _functions(service)
+"""The memory service's functions, and the review service's (its routes' `_review(call)`)."""
 REPOSITORY = _functions(repository)
 
 
 def _problem(module: ModuleType, name: str) -> type[Problem] | None:
-    found = getattr(module, name, None)
-    return found if isinstance(found, type) and issubclass(found, Problem) else None
+    for where in (module, review):
+        found = getattr(where, name, None)
+        if isinstance(found, type) and issubclass(found, Problem):
+            return found
+    return None
 
 
 def _returned_problem(node: ast.AST) -> type[Problem] | None:
@@ -149,7 +153,7 @@ def _routes() -> list[tuple[Operation, str]]:
             if isinstance(c, ast.Call)
             and isinstance(c.func, ast.Attribute)
             and isinstance(c.func.value, ast.Call)
-            and ast.unparse(c.func.value.func) == "_service"
+            and ast.unparse(c.func.value.func) in {"_service", "_review"}
         ]
         if operation is not None:
             assert len(calls) == 1, node.name

@@ -12,7 +12,7 @@ from typing import Any, Literal, NotRequired, Required, TypedDict
 
 Kind = Literal["fact", "preference", "decision", "episode", "summary", "document"]
 SearchMode = Literal["hybrid", "vector", "lexical"]
-Action = Literal["read", "write", "delete"]
+Action = Literal["read", "write", "delete", "review"]
 Decision = Literal["allow", "deny", "error"]
 GroupBy = Literal["kind", "space", "subject"]
 PrincipalKind = Literal["user", "agent", "service"]
@@ -33,6 +33,7 @@ class MemoryCreate(TypedDict, total=False):
     valid_from: str | None
     derived_from: list[str]
     source: str | None
+    confidence: float | None
     metadata: dict[str, Any] | None
 
 
@@ -140,7 +141,7 @@ class Memory(TypedDict):
     etag: str
     """`"<id>.<version>"`: send it as `If-Match` to change the key only while this version is
     its live one (the server's docs/concepts.md, "Safe retries and edits")."""
-    status: Literal["live", "superseded", "expired", "retracted"]
+    status: Literal["live", "superseded", "expired", "retracted", "proposed"]
     valid_from: str
     valid_until: str | None
     expires_at: str | None
@@ -149,6 +150,7 @@ class Memory(TypedDict):
     metadata: dict[str, Any]
     provenance: Provenance
     retracted_at: NotRequired[str | None]
+    confidence: NotRequired[float | None]
 
 
 class AudienceNarrowing(TypedDict):
@@ -237,6 +239,7 @@ class SpaceSettings(TypedDict, total=False):
     evidence_gate: bool
     max_unused_days: int | None
     consolidation: dict[str, Any]
+    review: bool
 
 
 class Space(TypedDict):

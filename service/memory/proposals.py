@@ -1,0 +1,102 @@
+"""The write side of the review state (docs/concepts.md, "Review"): what makes a write a
+proposal, and the rejections that refuse a re-proposal.
+
+A write into a space whose settings say `review: true`, by a writer who is none of the space's
+reviewers (`WriteTargets.proposes`), is stored with `review_state = 'proposed'` and version 0:
+it supersedes nothing, holds no live-key slot, and only its writer and the reviewers see it
+(service/policy/visible.py, the review clause). A rejected proposal leaves the hash of its
+normalized text in `review_rejections`; the same text proposed again into that space is
+refused (409 `proposal-rejected`). Approve and reject: service/memory/review.py.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import unicodedata
+import uuid
+from collections.abc import Sequence
+from typing import Protocol
+
+from sqlalchemy import select, tuple_
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from service.auth.principal import Principal
+from service.db.models import Memory, ReviewRejection
+from service.memory.problems import ProposalRejected
+from service.problems import Problem
+
+PROPOSED = "proposed"
+REJECTED = "rejected"
+
+_SPACES = re.compile(r"\s+")
+
+
+def normalized_text(value: str) -> str:
+    """The text as a rejection compares it: NFKC, case-folded, white space collapsed to one
+    space and trimmed. Deliberately simple and in one place: the revocation work's fuller
+    normalization (default-ignorable code points removed) replaces this function."""
+    return _SPACES.sub(" ", unicodedata.normalize("NFKC", value).casefold()).strip()
+
+
+def text_hash(value: str) -> bytes:
+    return hashlib.sha256(normalized_text(value).encode()).digest()
+
+
+def proposal(row: Memory) -> Memory:
+    """`row` as a proposal: numbered (and linked to its key's chain) only when approved."""
+    row.review_state = PROPOSED
+    row.version = 0
+    row.supersedes = None
+    return row
+
+
+class Proposing(Protocol):
+    """What `rejected_again` reads of a planned write (service/memory/service.py `Planned`)."""
+
+    @property
+    def proposed(self) -> bool: ...
+    @property
+    def space_id(self) -> uuid.UUID: ...
+    @property
+    def value(self) -> str: ...
+
+
+async def rejected_again(
+    session: AsyncSession, principal: Principal, planned: Sequence[Proposing]
+) -> list[tuple[int, Problem]]:
+    """(place, problem) of each proposal whose normalized text a reviewer of its space
+    rejected before, in one statement (no memory row is read: the hashes have their table)."""
+    asked = {
+        index: (one.space_id, text_hash(one.value))
+        for index, one in enumerate(planned)
+        if one.proposed
+    }
+    if not asked:
+        return []
+    found = set(
+        (
+            await session.execute(
+                select(ReviewRejection.space_id, ReviewRejection.text_hash).where(
+                    ReviewRejection.tenant_id == principal.tenant_id,
+                    tuple_(ReviewRejection.space_id, ReviewRejection.text_hash).in_(
+                        list(set(asked.values()))
+                    ),
+                )
+            )
+        ).all()
+    )
+    return [
+        (index, _rejected(space_id))
+        for index, (space_id, digest) in asked.items()
+        if (space_id, digest) in found
+    ]
+
+
+def _rejected(space_id: uuid.UUID) -> ProposalRejected:
+    return ProposalRejected(
+        f"A reviewer of space {space_id} rejected this text, so it cannot be proposed there "
+        "again (the comparison ignores case and white space). Nothing was written; only a "
+        "reviewer of the space may write it.",
+        space_id=str(space_id),
+    )
