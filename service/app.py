@@ -38,6 +38,7 @@ from service.policy.controller import (
     SpaceController,
     TeamController,
 )
+from service.revocation.controller import reinstate_memory, revoke_memory
 from service.runtime import Runtime
 from service.settings import ServerSettings
 from service.tenants.controller import TenantController
@@ -118,6 +119,8 @@ def create_app(runtime: Runtime | None = None) -> Litestar:
             OAuthController,
             MemoryController,
             remember_many,
+            revoke_memory,
+            reinstate_memory,
             PrincipalController,
             ClientController,
             IssuerController,

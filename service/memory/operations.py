@@ -6,6 +6,7 @@ from service.auth.scopes import Scope
 from service.embeddings.base import EmbeddingFailed, EmbeddingInvalid
 from service.memory.problems import (
     BatchRejected,
+    ContentRevoked,
     EvidenceRequired,
     IdempotencyAnswerGone,
     IdempotencyKeyInFlight,
@@ -42,6 +43,7 @@ WRITE = operation(
     KeyChoiceRequired,
     EvidenceRequired,
     ReservedForJobs,
+    ContentRevoked,
     success=201,
 )
 WRITE_BATCH = operation(
@@ -133,6 +135,7 @@ REVERT = operation(
     NoWritableSpace,
     EmbeddingInvalid,
     EmbeddingFailed,
+    ContentRevoked,
     success=201,
 )
 

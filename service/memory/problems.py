@@ -95,3 +95,9 @@ class IdempotencyAnswerGone(
     """The request with this `Idempotency-Key` was carried out, but a memory its answer named
     has since been deleted, retracted, revoked or erased, so the answer (which held its value)
     is no longer kept. Nothing was written; read the memories before writing under a new key."""
+
+
+class ContentRevoked(Problem, slug="content-revoked", status=409, title="Content revoked"):
+    """Asked with `on_revoked: "reject"`: the value, normalized (docs/revocation.md), equals a
+    memory revoked in the target space, or a memory in `derived_from` is hidden by a
+    revocation. Nothing was written. Without the flag the write is stored hidden instead."""

@@ -619,13 +619,16 @@ def _as_text(value: Any, type_: Any) -> str | None:
 
 
 async def readable_sources(
-    session: AsyncSession, scope: Visible, ids: list[uuid.UUID]
+    session: AsyncSession, scope: Visible, ids: list[uuid.UUID], *, revoked: bool = False
 ) -> list[tuple[uuid.UUID, uuid.UUID, list[uuid.UUID]]]:
-    """(id, space, read_requires) of the given memories the caller may read (any version)."""
+    """(id, space, read_requires) of the given memories the caller may read (any version;
+    hidden ones too if `revoked`: a write citing one is stored hidden, never refused as if
+    the id did not exist)."""
+    liveness = Liveness.including_revoked() if revoked else Liveness.any_version()
     rows = await session.execute(
-        scope.select(
-            Memory.id, Memory.space_id, Memory.read_requires, liveness=Liveness.any_version()
-        ).where(Memory.id.in_(ids))
+        scope.select(Memory.id, Memory.space_id, Memory.read_requires, liveness=liveness).where(
+            Memory.id.in_(ids)
+        )
     )
     return [(row[0], row[1], list(row[2])) for row in rows.all()]
 

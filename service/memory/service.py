@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import base64
-import hashlib
 import json
-import unicodedata
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
@@ -24,8 +22,10 @@ from service.embeddings import Embedder, model_tag
 from service.embeddings.base import EmbeddingInvalid
 from service.memory import idempotency, repository
 from service.memory.batch import batch_rejected
+from service.memory.normalize import content_hash
 from service.memory.problems import (
     BatchRejected,
+    ContentRevoked,
     EvidenceRequired,
     IdempotencyAnswerGone,
     IdempotencyKeyInFlight,
@@ -58,6 +58,7 @@ from service.memory.schemas import (
     AudienceNarrowing,
     CountGroup,
     GroupBy,
+    HiddenNote,
     Kind,
     MemoryBatch,
     MemoryBatchWritten,
@@ -88,6 +89,7 @@ from service.policy.visible import (
 )
 from service.problems import BadCursor, InvalidRequest, Problem
 from service.quotas.limiter import Quotas
+from service.revocation import repository as revocations
 from service.settings import MemorySettings
 
 MAX_NEWER_HOPS = 10_000
@@ -161,13 +163,6 @@ def narrowing(
             f"{who}. Derive it from sources in that space only if it should reach all of them."
         ),
     )
-
-
-def content_hash(value: str) -> bytes:
-    """Hash of the normalized text (NFKC, case-folded, whitespace collapsed): the same fact
-    re-written with different spacing or case hashes the same (used by revocation later)."""
-    normalized = " ".join(unicodedata.normalize("NFKC", value).casefold().split())
-    return hashlib.sha256(normalized.encode()).digest()
 
 
 @dataclass(frozen=True)
@@ -385,13 +380,23 @@ class MemoryService:
         )
         ids = [uuid7() for _ in planned]
         refused = await self._write_gate(principal, planned, ids)
+        # Revocation (service/revocation): a write a standing revocation covers is stored
+        # hidden, outside its key's chain (it closes nothing), or refused when asked.
+        hidden = await self._born_hidden(principal, planned)
+        refused += [
+            (index, content_revoked(planned[index].ref, note))
+            for index, (_, note) in hidden.items()
+            if planned[index].data.on_revoked == "reject"
+        ]
         if refused:
-            raise GateRefused(refused)
+            raise GateRefused(sorted(refused, key=lambda failure: failure[0]))
         scope = visible(principal, Action.WRITE)
         first: dict[KeyRef, int] = {}
         latest: dict[KeyRef, int] = {}
         after: dict[int, int] = {}  # index -> index of the next write of its key
         for index, one in enumerate(planned):
+            if index in hidden:
+                continue
             if one.ref in first:
                 after[latest[one.ref]] = index
             else:
@@ -414,7 +419,9 @@ class MemoryService:
         chained: dict[KeyRef, Memory] = {}
         for index, one in enumerate(planned):
             earlier = chained.get(one.ref)
-            if earlier is None:
+            if index in hidden:
+                previous, superseded = None, []
+            elif earlier is None:
                 previous, superseded = by_first[index].previous, by_first[index].superseded
             else:
                 previous, superseded = Version(earlier.id, earlier.version), [earlier.id]
@@ -422,14 +429,21 @@ class MemoryService:
                 principal, one.data, one.ref, vectors[index], now, ids[index], previous
             )
             row.derived_from, row.read_requires = one.derived_from, one.read_requires
-            chained[one.ref] = row
+            out = to_out(row)
+            note = None
+            if index in hidden:
+                row.revoked_at, note = now, hidden[index][1]
+                out = msgspec.structs.replace(out, status="hidden")
+            else:
+                chained[one.ref] = row
             # Answered as written, before a later write of its key in the batch closes it
             # (as each write's own answer would have been).
             answers.append(
                 MemoryWritten(
-                    memory=to_out(row),
+                    memory=out,
                     superseded=superseded,
                     audience_narrowed=narrowing(row.space_id, one.read_requires, one.personal),
+                    hidden=note,
                 )
             )
             if index in after:
@@ -441,7 +455,48 @@ class MemoryService:
             rows.append(row)
             self._facts.add_targets([row.id, *superseded])
         await repository.insert_many(self._session, scope, rows)
+        await revocations.note_hidden(
+            self._session,
+            principal.tenant_id,
+            {ids[index]: causes for index, (causes, _) in hidden.items()},
+        )
         return answers
+
+    async def _born_hidden(
+        self, principal: Principal, planned: list[Planned]
+    ) -> dict[int, tuple[set[uuid.UUID], HiddenNote]]:
+        """The writes of `planned` a standing revocation covers (by place): their value,
+        normalized, equals a memory revoked in their space, or a source they cite is hidden.
+        Each with the revocations that hide it (its causes) and what its answer says."""
+        causes = await revocations.causes_of(
+            self._session,
+            principal.tenant_id,
+            [(one.ref.space_id, content_hash(one.data.value)) for one in planned],
+            [source for one in planned for source in one.derived_from],
+        )
+        hidden: dict[int, tuple[set[uuid.UUID], HiddenNote]] = {}
+        for index, one in enumerate(planned):
+            content, derived = causes.of(
+                one.ref.space_id, content_hash(one.data.value), one.derived_from
+            )
+            if content:
+                note = HiddenNote(
+                    because="content-revoked",
+                    detail=f"Its value, normalized, equals a memory revoked in space "
+                    f"{one.ref.space_id}: it is stored hidden and no reader gets it unless "
+                    "that memory is reinstated.",
+                )
+            elif derived:
+                note = HiddenNote(
+                    because="derived-from-hidden",
+                    detail="A memory it cites in 'derived_from' is hidden by a revocation: "
+                    "it is stored hidden and no reader gets it unless that revocation is "
+                    "reinstated.",
+                )
+            else:
+                continue
+            hidden[index] = (content | derived, note)
+        return hidden
 
     async def write_batch(
         self, principal: Principal, batch: MemoryBatch, idempotency_key: str | None = None
@@ -1106,8 +1161,9 @@ class MemoryService:
         if not derived_from:
             return []
         wanted = list(dict.fromkeys(derived_from))
+        # Hidden sources too: a write citing one is stored hidden (service/revocation).
         found = await repository.readable_sources(
-            self._session, visible(principal, Action.READ), wanted
+            self._session, visible(principal, Action.READ), wanted, revoked=True
         )
         by_id = {source_id: (space, inherited) for source_id, space, inherited in found}
         return [Source(i, *by_id[i]) for i in wanted if i in by_id]
@@ -1273,6 +1329,21 @@ def cast_kind(kind: str) -> Kind:
     if kind not in get_args(Kind):
         raise ValueError(f"unknown kind {kind!r}")  # the table's CHECK constraint forbids it
     return cast(Kind, kind)
+
+
+def content_revoked(ref: KeyRef, note: HiddenNote) -> ContentRevoked:
+    """The answer to a write asked with `on_revoked: "reject"` that a revocation covers."""
+    what = (
+        f"Its value, normalized, equals a memory revoked in space {ref.space_id}"
+        if note.because == "content-revoked"
+        else "A memory it cites in 'derived_from' is hidden by a revocation"
+    )
+    return ContentRevoked(
+        f"{what}. Nothing was written (you asked with on_revoked 'reject'; without it the "
+        "memory is stored hidden).",
+        because=note.because,
+        space_id=str(ref.space_id),
+    )
 
 
 def not_found_detail(memory_id: uuid.UUID) -> str:
