@@ -40,8 +40,8 @@ RESULTS: dict[str, Any] = {}
 
 
 async def _write(api: Api, agent: Agent, team: str, key: str, value: str, **fields: Any) -> Any:
-    body = {"subject": SUBJECT, "kind": "fact", "key": key, "value": value, "space_id": team}
-    body["new_key"] = True
+    body: dict[str, Any] = {"subject": SUBJECT, "kind": "fact", "key": key, "value": value}
+    body |= {"space_id": team, "new_key": True}
     response = await api.http.post("/v1/memories", json=body | fields, headers=agent.headers)
     assert response.status_code == 201, response.text
     return response.json()

@@ -29,6 +29,7 @@ class MemoryCreate(TypedDict, total=False):
     value: Required[str]
     space_id: str | None
     new_key: bool
+    on_revoked: Literal["hide", "reject"]
     ttl_seconds: int | None
     valid_from: str | None
     derived_from: list[str]
@@ -137,7 +138,7 @@ class Memory(TypedDict):
     key: str
     value: str
     version: int
-    status: Literal["live", "superseded", "expired", "retracted"]
+    status: Literal["live", "superseded", "expired", "retracted", "hidden"]
     valid_from: str
     valid_until: str | None
     expires_at: str | None
@@ -159,11 +160,17 @@ class RevertNote(TypedDict):
     sources_dropped: int
 
 
+class HiddenNote(TypedDict):
+    because: Literal["content-revoked", "derived-from-hidden"]
+    detail: str
+
+
 class MemoryWritten(TypedDict):
     memory: Memory
     superseded: list[str]
     audience_narrowed: NotRequired[AudienceNarrowing | None]
     reverted: NotRequired[RevertNote | None]
+    hidden: NotRequired[HiddenNote | None]
 
 
 class BatchWritten(TypedDict):
