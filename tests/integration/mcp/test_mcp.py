@@ -32,6 +32,8 @@ TOOL_ACTIONS = {
     "list_memories": "memory.list",
     "count_memories": "memory.count",
     "forget": "memory.delete",
+    "revoke": "memory.revoke",
+    "reinstate": "memory.reinstate",
     "request_consolidation": "jobs.start",
 }
 

@@ -22,6 +22,7 @@ from tests.integration.jobs.consolidation_support import (
     summaries,
     team_space,
 )
+from tests.integration.mcp.support import error_text, mcp_session, payload, serving
 from tests.integration.memory.revocation_support import (
     counts,
     mcp_surfaces,
@@ -163,3 +164,40 @@ async def test_the_papers_scenario(api: Api, runtime: Runtime) -> None:
         counts={"before": count_before, "after": count_before - 3},
     )
     print("REVOCATION-RESULTS " + json.dumps(RESULTS, sort_keys=True))
+
+
+async def test_revoke_and_reinstate_through_the_mcp_client(api: Api, runtime: Runtime) -> None:
+    alice = await api.new_agent("alice")
+    memory = await api.remember(alice, key="approval.policy", value=OLD)
+    async with serving(runtime) as base, mcp_session(base, alice.token) as session:
+        quoting = await session.call_tool(
+            "revoke", {"id": memory["id"], "reason": "above 5000 eur is gone"}
+        )
+        revoked = payload(
+            await session.call_tool("revoke", {"id": memory["id"], "reason": "withdrawn"})
+        )
+        gone = await session.call_tool("get_memory", {"id": memory["id"]})
+        copy = payload(
+            await session.call_tool(
+                "remember",
+                {
+                    "subject": "service:billing",
+                    "kind": "fact",
+                    "key": "again",
+                    "value": OLD,
+                    "new_key": True,
+                },
+            )
+        )
+        refused = await session.call_tool("reinstate", {"id": copy["memory"]["id"], "reason": "x"})
+        reinstated = payload(
+            await session.call_tool("reinstate", {"id": memory["id"], "reason": "back"})
+        )
+        back = await session.call_tool("get_memory", {"id": memory["id"]})
+    assert "reason-quotes-content" in error_text(quoting)
+    assert (revoked["memory_id"], revoked["hidden"]) == (memory["id"], 1)
+    assert "memory-not-found" in error_text(gone)
+    assert copy["memory"]["status"] == "hidden"
+    assert "not-the-revoked-memory" in error_text(refused)
+    assert (reinstated["memory_id"], reinstated["restored"]) == (memory["id"], 2)
+    assert not back.is_error
