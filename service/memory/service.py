@@ -467,7 +467,9 @@ class MemoryService:
     ) -> dict[int, tuple[set[uuid.UUID], HiddenNote]]:
         """The writes of `planned` a standing revocation covers (by place): their value,
         normalized, equals a memory revoked in their space, or a source they cite is hidden.
-        Each with the revocations that hide it (its causes) and what its answer says."""
+        Each with the revocations that hide it (its causes) and what its answer says. Asked
+        under the tenant's revocation lock (shared), so a revoke is never half seen."""
+        await revocations.share_with_revocations(self._session, principal.tenant_id)
         causes = await revocations.causes_of(
             self._session,
             principal.tenant_id,

@@ -13,8 +13,9 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import any_, bindparam, func, insert, select, tuple_, update
+from sqlalchemy import Text, any_, bindparam, func, insert, select, tuple_, update
 from sqlalchemy.dialects.postgresql import ARRAY, UUID
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -22,6 +23,33 @@ from service.db.models import Memory, MemoryHiding, Revocation
 from service.policy.visible import Liveness, Visible
 
 _UUIDS = ARRAY(UUID)
+
+
+def lock_name(tenant_id: uuid.UUID) -> str:
+    """The advisory lock revocations and writes of a tenant meet on."""
+    return f"memgate.revocations|{tenant_id}"
+
+
+async def hold_out_writes(session: AsyncSession, tenant_id: uuid.UUID) -> None:
+    """A revoke or reinstate: the tenant's revocation lock, exclusive, until commit. A write in
+    flight (which holds it shared, `share_with_revocations`) is committed before the hiding
+    walk reads the rows, and a write that starts later reads the revocation as committed: no
+    copy or derived row slips between the walk and the write-time check."""
+    await session.execute(
+        select(func.pg_advisory_xact_lock(func.hashtextextended(_lock(tenant_id), 0)))
+    )
+
+
+async def share_with_revocations(session: AsyncSession, tenant_id: uuid.UUID) -> None:
+    """A write: the tenant's revocation lock, shared (writers never wait for each other),
+    taken before the write reads which revocations cover it."""
+    await session.execute(
+        select(func.pg_advisory_xact_lock_shared(func.hashtextextended(_lock(tenant_id), 0)))
+    )
+
+
+def _lock(tenant_id: uuid.UUID) -> Any:
+    return bindparam("revocation_lock", lock_name(tenant_id), Text)
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,7 @@ class RevocationService:
         self._facts = facts
 
     async def revoke(self, principal: Principal, memory_id: uuid.UUID, reason: str) -> Revoked:
+        await repository.hold_out_writes(self._session, principal.tenant_id)
         scope = visible(principal, Action.DELETE)
         found = await self._target(scope, memory_id)
         if found.hidden:
@@ -81,6 +82,7 @@ class RevocationService:
     async def reinstate(
         self, principal: Principal, memory_id: uuid.UUID, reason: str
     ) -> Reinstated:
+        await repository.hold_out_writes(self._session, principal.tenant_id)
         scope = visible(principal, Action.DELETE)
         found = await self._target(scope, memory_id)
         standing = await repository.standing_of(self._session, principal.tenant_id, found.id)

@@ -5,12 +5,24 @@ under-filled by hidden near-duplicates (promise 3)."""
 
 from __future__ import annotations
 
+import threading
+import time
+import uuid
 from typing import Any
 
+import psycopg
+import pytest
+
+from service.revocation.repository import lock_name
 from tests.fixtures.api import Agent, Api
 from tests.integration.jobs.consolidation_support import team_space
 from tests.integration.memory.revocation_support import post, reinstate, revoke
-from tests.integration.memory.support import assert_problem, memory_rows, random_id, scalar
+from tests.integration.memory.support import (
+    assert_problem,
+    memory_rows,
+    random_id,
+    scalar,
+)
 
 POLICY = "Refunds above 200 EUR need a second signature"
 
@@ -248,3 +260,40 @@ async def test_a_copy_coming_back_into_a_live_key_is_closed_by_it(api: Api) -> N
     rows = {str(r["id"]): r for r in await memory_rows(api.runtime)}
     assert str(rows[memory["id"]]["superseded_by"]) == replacement["id"]
     assert str(rows[copy["id"]]["superseded_by"]) == replacement["id"]
+
+
+@pytest.mark.bypasses_visible("plays a revoke by hand: writes the revocation row as the owner")
+async def test_a_write_waits_for_a_revocation_in_flight(api: Api) -> None:
+    """A write reads which revocations cover it only once no revoke of its tenant is in
+    flight (the revocation lock, shared by writers): a revoke holding it keeps the write
+    waiting, and the write then reads what that revoke committed."""
+    alice = await api.new_agent("alice")
+    memory = (await _write(api, alice, key="warm", value="first write of the tenant"))["memory"]
+    name = lock_name(uuid.UUID(api.tenant_id))
+    held, release = threading.Event(), threading.Event()
+
+    def revoke_in_flight() -> None:
+        # What a revoke does, by hand, from another connection: the lock, then the revocation.
+        with psycopg.connect(api.runtime.settings.database.url) as conn:
+            conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (name,))
+            held.set()
+            release.wait(timeout=30)
+            conn.execute(
+                "INSERT INTO revocations (tenant_id, id, memory_id, space_id, content_hash, "
+                "reason, revoked_by) SELECT tenant_id, gen_random_uuid(), id, space_id, "
+                "content_hash, 'test', owner_id FROM memories WHERE id = %s",
+                (memory["id"],),
+            )
+            conn.commit()
+
+    holder = threading.Thread(target=revoke_in_flight)
+    holder.start()
+    assert held.wait(timeout=30)
+    threading.Timer(1.5, release.set).start()
+    started = time.monotonic()
+    written = await _write(api, alice, key="during", value="first write of the tenant")
+    waited = time.monotonic() - started
+    holder.join(timeout=30)
+    assert waited >= 1.4, "the write did not wait for the revocation lock"
+    # It read the revocation committed while it waited: stored hidden.
+    assert written["memory"]["status"] == "hidden"
