@@ -283,7 +283,11 @@ async def lock_key(session: AsyncSession, ref: KeyRef, *, subject_too: bool = Fa
 
 
 async def lock_keys(
-    session: AsyncSession, refs: Sequence[KeyRef], *, gated: Sequence[KeyRef] = ()
+    session: AsyncSession,
+    refs: Sequence[KeyRef],
+    *,
+    gated: Sequence[KeyRef] = (),
+    shared: Sequence[str] = (),
 ) -> datetime:
     """Serialize writers and deleters of each key until commit, so versions form one linear
     chain instead of colliding on the live-key unique index; then return the wall clock *after*
@@ -300,14 +304,22 @@ async def lock_keys(
     No cycle can form: every writer takes its subject locks before its key locks, each group
     in the sorted order of the lock names (a batch of many keys too: two batches naming the
     same keys in opposite orders take them in the same order, so one waits for the other),
-    and deleters take one key lock only."""
+    and deleters take one key lock only.
+
+    `shared`: locks taken in shared mode before all others (a writer's revocation lock,
+    service/revocation/repository.py: writers share it, a revoke holds it alone)."""
     subjects = sorted({_subject_lock(ref) for ref in gated})
     keys = sorted({_key_lock(ref) for ref in refs})
     name = func.unnest(bindparam("lock_names", [*subjects, *keys], type_=ARRAY(Text)))
     named = name.column_valued("name")
     # unnest yields the names in array order, and the aggregate takes each lock as it goes.
     locks = select(func.count(_advisory(named))).scalar_subquery()
-    row = (await session.execute(select(locks, func.clock_timestamp()))).one()
+    first = func.unnest(bindparam("shared_lock_names", sorted(set(shared)), type_=ARRAY(Text)))
+    sharing = func.pg_advisory_xact_lock_shared(
+        func.hashtextextended(first.column_valued("name"), 0)
+    )
+    shared_locks = select(func.count(sharing)).scalar_subquery()
+    row = (await session.execute(select(shared_locks, locks, func.clock_timestamp()))).one()
     now = row[-1]
     assert isinstance(now, datetime)
     return now

@@ -377,6 +377,9 @@ class MemoryService:
             self._session,
             [one.ref for one in planned],
             gated=[one.ref for one in planned if one.gated],
+            # Shared with other writers, exclusive for a revoke: what `_born_hidden` reads
+            # next is never a revocation half done (service/revocation/repository.py).
+            shared=[revocations.lock_name(principal.tenant_id)],
         )
         ids = [uuid7() for _ in planned]
         refused = await self._write_gate(principal, planned, ids)
@@ -468,8 +471,8 @@ class MemoryService:
         """The writes of `planned` a standing revocation covers (by place): their value,
         normalized, equals a memory revoked in their space, or a source they cite is hidden.
         Each with the revocations that hide it (its causes) and what its answer says. Asked
-        under the tenant's revocation lock (shared), so a revoke is never half seen."""
-        await revocations.share_with_revocations(self._session, principal.tenant_id)
+        under the tenant's revocation lock (shared, taken with the key locks), in a statement
+        of its own: its snapshot is taken after the lock, so a revoke is never half seen."""
         causes = await revocations.causes_of(
             self._session,
             principal.tenant_id,

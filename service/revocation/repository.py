@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Text, any_, bindparam, func, insert, select, tuple_, update
+from sqlalchemy import Text, any_, bindparam, cast, func, insert, select, tuple_, update
 from sqlalchemy.dialects.postgresql import ARRAY, UUID
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -31,20 +31,12 @@ def lock_name(tenant_id: uuid.UUID) -> str:
 
 
 async def hold_out_writes(session: AsyncSession, tenant_id: uuid.UUID) -> None:
-    """A revoke or reinstate: the tenant's revocation lock, exclusive, until commit. A write in
-    flight (which holds it shared, `share_with_revocations`) is committed before the hiding
-    walk reads the rows, and a write that starts later reads the revocation as committed: no
-    copy or derived row slips between the walk and the write-time check."""
+    """A revoke or reinstate: the tenant's revocation lock, exclusive, until commit. A write
+    in flight (which holds it shared, `service.memory.repository.lock_keys`) is committed
+    before the hiding walk reads the rows, and a write that starts later reads the revocation
+    as committed: no copy or derived row slips between the walk and the write-time check."""
     await session.execute(
         select(func.pg_advisory_xact_lock(func.hashtextextended(_lock(tenant_id), 0)))
-    )
-
-
-async def share_with_revocations(session: AsyncSession, tenant_id: uuid.UUID) -> None:
-    """A write: the tenant's revocation lock, shared (writers never wait for each other),
-    taken before the write reads which revocations cover it."""
-    await session.execute(
-        select(func.pg_advisory_xact_lock_shared(func.hashtextextended(_lock(tenant_id), 0)))
     )
 
 
@@ -223,30 +215,44 @@ async def causes_of(
     sources: Sequence[uuid.UUID],
 ) -> Causes:
     """The standing revocations that would hide writes of these (space, content hash) pairs
-    or citing these sources: two small index reads, whatever the batch size."""
-    by_content: dict[tuple[uuid.UUID, bytes], set[uuid.UUID]] = {}
-    by_source: dict[uuid.UUID, set[uuid.UUID]] = {}
+    or citing these sources: one statement (two index reads), whatever the batch size."""
     wanted = sorted(set(contents))
-    if wanted:
-        rows = await session.execute(
-            select(Revocation.id, Revocation.space_id, Revocation.content_hash).where(
-                Revocation.tenant_id == tenant_id,
-                Revocation.reinstated_at.is_(None),
-                tuple_(Revocation.space_id, Revocation.content_hash).in_(wanted),
-            )
-        )
-        for revocation_id, space_id, digest in rows:
-            by_content.setdefault((space_id, bytes(digest)), set()).add(revocation_id)
     cited = sorted(set(sources))
-    if cited:
-        hidings = await session.execute(
-            select(MemoryHiding.memory_id, MemoryHiding.revocation_id).where(
-                MemoryHiding.tenant_id == tenant_id,
-                MemoryHiding.memory_id == any_(bindparam("cited", cited, _UUIDS)),
+    by_content_rows = select(
+        func.array_agg(
+            func.jsonb_build_array(
+                cast(Revocation.id, Text),
+                cast(Revocation.space_id, Text),
+                func.encode(Revocation.content_hash, "hex"),
             )
         )
-        for memory_id, revocation_id in hidings:
-            by_source.setdefault(memory_id, set()).add(revocation_id)
+    ).where(
+        Revocation.tenant_id == tenant_id,
+        Revocation.reinstated_at.is_(None),
+        tuple_(Revocation.space_id, Revocation.content_hash).in_(wanted),
+    )
+    by_source_rows = select(
+        func.array_agg(
+            func.jsonb_build_array(
+                cast(MemoryHiding.memory_id, Text), cast(MemoryHiding.revocation_id, Text)
+            )
+        )
+    ).where(
+        MemoryHiding.tenant_id == tenant_id,
+        MemoryHiding.memory_id == any_(bindparam("cited", cited, _UUIDS)),
+    )
+    row = (
+        await session.execute(
+            select(by_content_rows.scalar_subquery(), by_source_rows.scalar_subquery())
+        )
+    ).one()
+    by_content: dict[tuple[uuid.UUID, bytes], set[uuid.UUID]] = {}
+    for revocation_id, space_id, digest in row[0] or []:
+        key = (uuid.UUID(space_id), bytes.fromhex(digest))
+        by_content.setdefault(key, set()).add(uuid.UUID(revocation_id))
+    by_source: dict[uuid.UUID, set[uuid.UUID]] = {}
+    for memory_id, revocation_id in row[1] or []:
+        by_source.setdefault(uuid.UUID(memory_id), set()).add(uuid.UUID(revocation_id))
     return Causes(by_content, by_source)
 
 
