@@ -44,6 +44,7 @@ from service.policy.controller import (
     SpaceController,
     TeamController,
 )
+from service.revocation.controller import reinstate_memory, revoke_memory
 from service.runtime import Runtime
 from service.settings import ServerSettings
 from service.tenants.controller import TenantController
@@ -127,6 +128,8 @@ def create_app(runtime: Runtime | None = None) -> Litestar:
             list_proposals,
             approve_proposal,
             reject_proposal,
+            revoke_memory,
+            reinstate_memory,
             PrincipalController,
             ClientController,
             IssuerController,

@@ -14,7 +14,7 @@
   Row-level security by tenant, as every tenant table.
 
 Revision ID: 20261202_review_state
-Revises: 20261202_idempotency_keys
+Revises: 20261202_revocation
 Create Date: 2026-12-02 03:00:00
 """
 
@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from alembic import op
 
 revision: str = "20261202_review_state"
-down_revision: str | Sequence[str] | None = "20261202_idempotency_keys"
+down_revision: str | Sequence[str] | None = "20261202_revocation"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

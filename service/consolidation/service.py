@@ -26,9 +26,10 @@ from service.db.base import uuid7
 from service.db.models import Memory
 from service.jobs.declare import Batch, BatchDone
 from service.memory import repository as memories
+from service.memory.normalize import content_hash
 from service.memory.repository import KeyRef
 from service.memory.reserved import ACROSS_KEY, OUTPUT_SOURCE, SCOPE_KEY, SUMMARY_KIND
-from service.memory.service import Source, content_hash, inherited_scope
+from service.memory.service import Source, inherited_scope
 from service.observability.telemetry import span
 from service.policy.space_settings import DEFAULT as DEFAULT_SETTINGS
 from service.policy.space_settings import SpaceSettings, normalized_source

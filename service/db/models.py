@@ -258,6 +258,8 @@ class Memory(Base):
             "expires_at",
             postgresql_where=text("expires_at IS NOT NULL"),
         ),
+        # Revocation's walk to derived rows (migration 20261202_revocation).
+        Index("ix_memories_derived_from", "derived_from", postgresql_using="gin"),
         # The approximate search path (migration 20261130_ann_index): used only past
         # MEMGATE_SEARCH_EXACT_MAX_ROWS visible rows, with pgvector's iterative scan.
         Index(
@@ -369,6 +371,60 @@ class ReviewRejection(Base):
     rejected_at: Mapped[datetime] = _now()
 
 
+class Revocation(Base):
+    """A revocation of one memory (service/revocation): its space and content hash (what a
+    re-written claim is looked up by while it stands), the reason (content-like: kept here,
+    never in an audit row), who revoked it and when; `reinstated_*` once lifted."""
+
+    __tablename__ = "revocations"
+    __table_args__ = (
+        PrimaryKeyConstraint("tenant_id", "id"),
+        ForeignKeyConstraint(["tenant_id"], ["tenants.tenant_id"], ondelete="CASCADE"),
+        Index(
+            "uq_revocations_standing",
+            "tenant_id",
+            "memory_id",
+            unique=True,
+            postgresql_where=text("reinstated_at IS NULL"),
+        ),
+        Index(
+            "ix_revocations_content",
+            "tenant_id",
+            "space_id",
+            "content_hash",
+            postgresql_where=text("reinstated_at IS NULL"),
+        ),
+    )
+
+    tenant_id: Mapped[uuid.UUID] = mapped_column(UUID)
+    id: Mapped[uuid.UUID] = mapped_column(UUID)
+    memory_id: Mapped[uuid.UUID] = mapped_column(UUID, nullable=False)
+    space_id: Mapped[uuid.UUID] = mapped_column(UUID, nullable=False)
+    content_hash: Mapped[bytes] = mapped_column(LargeBinary, nullable=False)
+    reason: Mapped[str] = mapped_column(Text, nullable=False)
+    revoked_by: Mapped[uuid.UUID] = mapped_column(UUID, nullable=False)
+    revoked_at: Mapped[datetime] = _now()
+    reinstated_by: Mapped[uuid.UUID | None] = mapped_column(UUID)
+    reinstated_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    reinstate_reason: Mapped[str | None] = mapped_column(Text)
+
+
+class MemoryHiding(Base):
+    """Why a memory is hidden: one row per standing revocation that hides it. A memory has
+    `revoked_at` set exactly while it has one (migration 20261202_revocation)."""
+
+    __tablename__ = "memory_hidings"
+    __table_args__ = (
+        PrimaryKeyConstraint("tenant_id", "memory_id", "revocation_id"),
+        ForeignKeyConstraint(["tenant_id"], ["tenants.tenant_id"], ondelete="CASCADE"),
+        Index("ix_memory_hidings_revocation", "tenant_id", "revocation_id"),
+    )
+
+    tenant_id: Mapped[uuid.UUID] = mapped_column(UUID)
+    memory_id: Mapped[uuid.UUID] = mapped_column(UUID)
+    revocation_id: Mapped[uuid.UUID] = mapped_column(UUID)
+
+
 __all__ = [
     "EMBEDDING_DIMENSIONS",
     "LIVE_KEY_ROW",
@@ -376,8 +432,10 @@ __all__ = [
     "MEMORY_KINDS",
     "Client",
     "Memory",
+    "MemoryHiding",
     "MemoryRecall",
     "Principal",
+    "Revocation",
     "SigningKey",
     "Space",
     "Tenant",

@@ -41,6 +41,9 @@ from service.memory.review import Rejection, ReviewService
 from service.memory.schemas import MemoryBatch, SearchRequest
 from service.memory.service import MemoryService, time_travel
 from service.operations import OPERATIONS, Operation
+from service.revocation import operations as revocation_ops
+from service.revocation.schemas import RevokeArguments
+from service.revocation.service import RevocationService
 from service.runtime import Runtime
 from service.tenants.settings import tenant_limits
 
@@ -259,6 +262,30 @@ async def reject(call: Call, runtime: Runtime, data: RejectArguments) -> msgspec
     proposed into that space again."""
     return await ReviewService(call.db, facts=call.facts).reject(
         _caller(call), parse_id(data.id), Rejection(reason=data.reason)
+    )
+
+
+@tool(
+    revocation_ops.REVOKE,
+    name="revoke",
+    arguments=RevokeArguments,
+    read_only=False,
+    destructive=True,
+)
+async def revoke(call: Call, runtime: Runtime, data: RevokeArguments) -> msgspec.Struct:
+    """Revoke one memory version with a reason (which may not quote it): it, its re-writes
+    in its space and every memory derived from them reach no reader again until reinstated."""
+    return await RevocationService(call.db, facts=call.facts).revoke(
+        _caller(call), parse_id(data.id), data.reason
+    )
+
+
+@tool(revocation_ops.REINSTATE, name="reinstate", arguments=RevokeArguments, read_only=False)
+async def reinstate(call: Call, runtime: Runtime, data: RevokeArguments) -> msgspec.Struct:
+    """Reinstate a revoked memory with a reason: what its revocation hid comes back. Only
+    the revoked memory itself can be reinstated (not a hidden copy or derived memory)."""
+    return await RevocationService(call.db, facts=call.facts).reinstate(
+        _caller(call), parse_id(data.id), data.reason
     )
 
 

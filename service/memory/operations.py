@@ -6,6 +6,7 @@ from service.auth.scopes import Scope
 from service.embeddings.base import EmbeddingFailed, EmbeddingInvalid
 from service.memory.problems import (
     BatchRejected,
+    ContentRevoked,
     EvidenceRequired,
     KeyChoiceRequired,
     KOutOfRange,
@@ -43,6 +44,7 @@ WRITE = operation(
     EvidenceRequired,
     ReservedForJobs,
     ProposalRejected,
+    ContentRevoked,
     success=201,
     idempotent=True,
     conditional=True,
@@ -137,6 +139,7 @@ REVERT = operation(
     EmbeddingInvalid,
     EmbeddingFailed,
     ProposalRejected,
+    ContentRevoked,
     success=201,
     idempotent=True,
     conditional=True,

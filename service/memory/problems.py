@@ -88,3 +88,9 @@ class ProposalRejected(Problem, slug="proposal-rejected", status=409, title="Pro
     """A reviewer of the space rejected this text before (compared after Unicode NFKC, case
     folding and collapsing white space), so it cannot be proposed there again; only a reviewer
     may write it. Nothing was written: write something else, or ask a reviewer."""
+
+
+class ContentRevoked(Problem, slug="content-revoked", status=409, title="Content revoked"):
+    """Asked with `on_revoked: "reject"`: the value, normalized (docs/revocation.md), equals a
+    memory revoked in the target space, or a memory in `derived_from` is hidden by a
+    revocation. Nothing was written. Without the flag the write is stored hidden instead."""

@@ -11,9 +11,6 @@ refused (409 `proposal-rejected`). Approve and reject: service/memory/review.py.
 
 from __future__ import annotations
 
-import hashlib
-import re
-import unicodedata
 import uuid
 from collections.abc import Sequence
 from typing import Protocol
@@ -23,24 +20,19 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.auth.principal import Principal
 from service.db.models import Memory, ReviewRejection
+from service.memory.normalize import content_hash
 from service.memory.problems import ProposalRejected
 from service.problems import Problem
 
 PROPOSED = "proposed"
 REJECTED = "rejected"
 
-_SPACES = re.compile(r"\s+")
-
-
-def normalized_text(value: str) -> str:
-    """The text as a rejection compares it: NFKC, case-folded, white space collapsed to one
-    space and trimmed. Deliberately simple and in one place: the revocation work's fuller
-    normalization (default-ignorable code points removed) replaces this function."""
-    return _SPACES.sub(" ", unicodedata.normalize("NFKC", value).casefold()).strip()
-
 
 def text_hash(value: str) -> bytes:
-    return hashlib.sha256(normalized_text(value).encode()).digest()
+    """The hash a rejection is kept and compared by: the same normalization as revocation's
+    (service/memory/normalize.py: NFKC, case fold, default-ignorable code points removed,
+    white space collapsed), so an invisible character never re-proposes a rejected claim."""
+    return content_hash(value)
 
 
 def proposal(row: Memory) -> Memory:

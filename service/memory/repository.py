@@ -294,7 +294,11 @@ async def lock_key(session: AsyncSession, ref: KeyRef, *, subject_too: bool = Fa
 
 
 async def lock_keys(
-    session: AsyncSession, refs: Sequence[KeyRef], *, gated: Sequence[KeyRef] = ()
+    session: AsyncSession,
+    refs: Sequence[KeyRef],
+    *,
+    gated: Sequence[KeyRef] = (),
+    shared: Sequence[str] = (),
 ) -> datetime:
     """Serialize writers and deleters of each key until commit, so versions form one linear
     chain instead of colliding on the live-key unique index; then return the wall clock *after*
@@ -311,10 +315,18 @@ async def lock_keys(
     No cycle can form: every writer takes its subject locks before its key locks, each group
     in the sorted order of the lock names (a batch of many keys too: two batches naming the
     same keys in opposite orders take them in the same order, so one waits for the other),
-    and deleters take one key lock only."""
+    and deleters take one key lock only.
+
+    `shared`: locks taken in shared mode before all others (a writer's revocation lock,
+    service/revocation/repository.py: writers share it, a revoke holds it alone)."""
     subjects = sorted({_subject_lock(ref) for ref in gated})
     keys = sorted({_key_lock(ref) for ref in refs})
-    row = (await session.execute(_locks(), {"lock_names": [*subjects, *keys]})).one()
+    row = (
+        await session.execute(
+            _locks(),
+            {"lock_names": [*subjects, *keys], "shared_lock_names": sorted(set(shared))},
+        )
+    ).one()
     now = row[-1]
     assert isinstance(now, datetime)
     return now
@@ -327,7 +339,12 @@ def _locks() -> Select[Any]:
     named = name.column_valued("name")
     # unnest yields the names in array order, and the aggregate takes each lock as it goes.
     locks = select(func.count(_advisory(named))).scalar_subquery()
-    return select(locks, func.clock_timestamp())
+    first = func.unnest(bindparam("shared_lock_names", [], type_=ARRAY(Text)))
+    sharing = func.pg_advisory_xact_lock_shared(
+        func.hashtextextended(first.column_valued("name"), 0)
+    )
+    shared_locks = select(func.count(sharing)).scalar_subquery()
+    return select(shared_locks, locks, func.clock_timestamp())
 
 
 def _key_lock(ref: KeyRef) -> str:
@@ -685,13 +702,16 @@ def _as_text(value: Any, type_: Any) -> str | None:
 
 
 async def readable_sources(
-    session: AsyncSession, scope: Visible, ids: list[uuid.UUID]
+    session: AsyncSession, scope: Visible, ids: list[uuid.UUID], *, revoked: bool = False
 ) -> list[tuple[uuid.UUID, uuid.UUID, list[uuid.UUID]]]:
-    """(id, space, read_requires) of the given memories the caller may read (any version)."""
+    """(id, space, read_requires) of the given memories the caller may read (any version;
+    hidden ones too if `revoked`: a write citing one is stored hidden, never refused as if
+    the id did not exist)."""
+    liveness = Liveness.including_revoked() if revoked else Liveness.any_version()
     rows = await session.execute(
-        scope.select(
-            Memory.id, Memory.space_id, Memory.read_requires, liveness=Liveness.any_version()
-        ).where(Memory.id.in_(ids))
+        scope.select(Memory.id, Memory.space_id, Memory.read_requires, liveness=liveness).where(
+            Memory.id.in_(ids)
+        )
     )
     return [(row[0], row[1], list(row[2])) for row in rows.all()]
 

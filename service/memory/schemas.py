@@ -17,10 +17,12 @@ SUBJECT_PATTERN = r"^[^\s\x00-\x1f]+$(?!\n)"
 KEY_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:/-]*$(?!\n)"
 
 Kind = Literal["fact", "preference", "decision", "episode", "summary", "document"]
-Status = Literal["live", "superseded", "expired", "retracted", "proposed"]
+Status = Literal["live", "superseded", "expired", "retracted", "proposed", "hidden"]
 """`retracted`: deleted; only history shows it, as a content-free stub that keeps its number.
 `proposed`: written into a reviewed space by a non-reviewer; only its writer and the space's
-reviewers see it, until approved (then `live`, numbered) or rejected (then gone)."""
+reviewers see it, until approved (then `live`, numbered) or rejected (then gone).
+`hidden`: only in a write's answer: stored hidden by a standing revocation (docs/revocation.md)."""
+OnRevoked = Literal["hide", "reject"]
 
 AsOf = Annotated[
     datetime,
@@ -94,6 +96,11 @@ class MemoryCreate(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """You mean a new key: skip the write gate (409 `key-choice-required`), which stops a key
     new to its subject while that subject has live memories of the same kind under other
     keys. Resend with this set only when none of the keys the 409 offered names this fact."""
+    on_revoked: OnRevoked = "hide"
+    """When the value (normalized) equals a memory revoked in the target space, or a source
+    in `derived_from` is hidden by a revocation: `hide` (default) stores it hidden (201, status
+    `hidden`, readable by nobody until that revocation is reinstated); `reject` answers 409
+    `content-revoked` and writes nothing."""
 
 
 class MemoryBatch(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -233,6 +240,11 @@ class RevertNote(msgspec.Struct, kw_only=True):
     detail: str
 
 
+class HiddenNote(msgspec.Struct, kw_only=True):
+    because: Literal["content-revoked", "derived-from-hidden"]
+    detail: str
+
+
 class MemoryWritten(msgspec.Struct, kw_only=True):
     memory: MemoryOut
     superseded: list[uuid.UUID]
@@ -241,6 +253,9 @@ class MemoryWritten(msgspec.Struct, kw_only=True):
     write from other sources (or into the narrower space) if that is not what you meant."""
     reverted: RevertNote | None = None
     """Set by a revert that could not cite every source of the version it brought back."""
+    hidden: HiddenNote | None = None
+    """Set when the memory was stored hidden (status `hidden`): a standing revocation covers
+    its content or one of its sources. No reader gets it until that revocation is lifted."""
 
 
 class MemoryBatchWritten(msgspec.Struct, kw_only=True):

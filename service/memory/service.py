@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import base64
-import hashlib
 import json
-import unicodedata
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
@@ -13,6 +11,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, TypeVar, cast, get_args
 
+import msgspec
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.auth.principal import Principal
@@ -24,8 +23,10 @@ from service.embeddings.base import EmbeddingInvalid
 from service.memory import proposals, repository
 from service.memory.batch import batch_rejected
 from service.memory.etags import IfMatch, etag_of
+from service.memory.normalize import content_hash
 from service.memory.problems import (
     BatchRejected,
+    ContentRevoked,
     EvidenceRequired,
     KeyChoiceRequired,
     KOutOfRange,
@@ -55,6 +56,7 @@ from service.memory.schemas import (
     AudienceNarrowing,
     CountGroup,
     GroupBy,
+    HiddenNote,
     Kind,
     MemoryBatch,
     MemoryBatchWritten,
@@ -85,6 +87,7 @@ from service.policy.visible import (
 )
 from service.problems import BadCursor, InvalidRequest, Problem
 from service.quotas.limiter import Quotas
+from service.revocation import repository as revocations
 from service.settings import MemorySettings
 
 MAX_NEWER_HOPS = 10_000
@@ -158,13 +161,6 @@ def narrowing(
             f"{who}. Derive it from sources in that space only if it should reach all of them."
         ),
     )
-
-
-def content_hash(value: str) -> bytes:
-    """Hash of the normalized text (NFKC, case-folded, whitespace collapsed): the same fact
-    re-written with different spacing or case hashes the same (used by revocation later)."""
-    normalized = " ".join(unicodedata.normalize("NFKC", value).casefold().split())
-    return hashlib.sha256(normalized.encode()).digest()
 
 
 def _refuse_reserved(data: MemoryCreate) -> None:
@@ -268,6 +264,26 @@ def target_space(targets: WriteTargets, requested: uuid.UUID | None) -> uuid.UUI
     raise NoWritableSpace(
         "You may write into several spaces but not into a personal one: name 'space_id'."
     )
+
+
+def _chain_order(
+    planned: list[Planned], hidden: dict[int, Any]
+) -> tuple[list[int], dict[int, int]]:
+    """Which writes of `planned` supersede their key's stored version (the first write of
+    each key, by place), and for each write the place of the next write of its key (which
+    closes it). Proposals and hidden writes join no chain: they close nothing."""
+    first: dict[KeyRef, int] = {}
+    latest: dict[KeyRef, int] = {}
+    after: dict[int, int] = {}
+    for index, one in enumerate(planned):
+        if one.proposed or index in hidden:
+            continue
+        if one.ref in first:
+            after[latest[one.ref]] = index
+        else:
+            first[one.ref] = index
+        latest[one.ref] = index
+    return list(first.values()), after
 
 
 class MemoryService:
@@ -388,29 +404,9 @@ class MemoryService:
         ran alone in that order: a later write of a key supersedes an earlier one of the same
         batch, and the gate of a later write counts the keys earlier ones wrote. If the gate
         refuses any write, nothing is written: `GateRefused` names each refused one."""
-        now = await repository.lock_keys(
-            self._session,
-            [one.ref for one in planned],
-            gated=[one.ref for one in planned if one.gated],
-        )
-        await self._check_preconditions(principal, planned)  # under the locks just taken
-        ids = [uuid7() for _ in planned]
-        refused = await self._write_gate(principal, planned, ids)
-        refused += await proposals.rejected_again(self._session, principal, planned)
-        if refused:
-            raise GateRefused(sorted(refused, key=lambda failure: failure[0]))
+        now, ids, hidden = await self._locked_and_checked(principal, planned)
         scope = visible(principal, Action.WRITE)
-        first: dict[KeyRef, int] = {}
-        latest: dict[KeyRef, int] = {}
-        after: dict[int, int] = {}  # index -> index of the next write of its key
-        for index, one in enumerate(planned):
-            if one.proposed:
-                continue  # a proposal joins its key's chain when approved, not before
-            if one.ref in first:
-                after[latest[one.ref]] = index
-            else:
-                first[one.ref] = index
-            latest[one.ref] = index
+        first, after = _chain_order(planned, hidden)
         made = await repository.supersede_many(
             self._session,
             scope,
@@ -418,34 +414,19 @@ class MemoryService:
                 repository.NewVersion(
                     planned[index].ref, ids[index], planned[index].data.valid_from or now
                 )
-                for index in first.values()
+                for index in first
             ],
             at=now,
         )
-        by_first = dict(zip(first.values(), made, strict=True))
+        by_first = dict(zip(first, made, strict=True))
         rows: list[Memory] = []
         answers: list[MemoryWritten] = []
         chained: dict[KeyRef, Memory] = {}
         for index, one in enumerate(planned):
-            if one.proposed:
-                row = proposals.proposal(
-                    self._new_row(
-                        principal, one.data, one.ref, vectors[index], now, ids[index], None
-                    )
-                )
-                row.derived_from, row.read_requires = one.derived_from, one.read_requires
-                answers.append(
-                    MemoryWritten(
-                        memory=to_out(row),
-                        superseded=[],
-                        audience_narrowed=narrowing(row.space_id, one.read_requires, one.personal),
-                    )
-                )
-                rows.append(row)
-                self._facts.add_targets([row.id])
-                continue
             earlier = chained.get(one.ref)
-            if earlier is None:
+            if one.proposed or index in hidden:
+                previous, superseded = None, []
+            elif earlier is None:
                 previous, superseded = by_first[index].previous, by_first[index].superseded
             else:
                 previous, superseded = Version(earlier.id, earlier.version), [earlier.id]
@@ -453,16 +434,11 @@ class MemoryService:
                 principal, one.data, one.ref, vectors[index], now, ids[index], previous
             )
             row.derived_from, row.read_requires = one.derived_from, one.read_requires
-            chained[one.ref] = row
-            # Answered as written, before a later write of its key in the batch closes it
-            # (as each write's own answer would have been).
-            answers.append(
-                MemoryWritten(
-                    memory=to_out(row),
-                    superseded=superseded,
-                    audience_narrowed=narrowing(row.space_id, one.read_requires, one.personal),
-                )
-            )
+            if one.proposed:
+                row = proposals.proposal(row)
+            elif index not in hidden:
+                chained[one.ref] = row
+            answers.append(self._answer(row, one, superseded, now, hidden.get(index)))
             if index in after:
                 # Closed as the next write of its key would close it; inserted closed, since
                 # the live-key index admits one live row per key.
@@ -472,7 +448,65 @@ class MemoryService:
             rows.append(row)
             self._facts.add_targets([row.id, *superseded])
         await repository.insert_many(self._session, scope, rows)
+        await revocations.note_hidden(
+            self._session,
+            principal.tenant_id,
+            {ids[index]: causes for index, (causes, _) in hidden.items()},
+        )
         return answers
+
+    async def _locked_and_checked(
+        self, principal: Principal, planned: list[Planned]
+    ) -> tuple[datetime, list[uuid.UUID], dict[int, tuple[set[uuid.UUID], HiddenNote]]]:
+        """Take every lock `planned` needs, then check what decides whether each write may
+        go ahead, under them: `If-Match`, the write gate, rejected proposals and standing
+        revocations. Answers the time after the locks, the new ids, and the writes a
+        revocation covers (stored hidden); raises `GateRefused` naming every refused write."""
+        now = await repository.lock_keys(
+            self._session,
+            [one.ref for one in planned],
+            gated=[one.ref for one in planned if one.gated],
+            # Shared with other writers, exclusive for a revoke: what `_born_hidden` reads
+            # next is never a revocation half done (service/revocation/repository.py).
+            shared=[revocations.lock_name(principal.tenant_id)],
+        )
+        await self._check_preconditions(principal, planned)  # under the locks just taken
+        ids = [uuid7() for _ in planned]
+        refused = await self._write_gate(principal, planned, ids)
+        refused += await proposals.rejected_again(self._session, principal, planned)
+        # Revocation (service/revocation): a write a standing revocation covers is stored
+        # hidden, outside its key's chain (it closes nothing), or refused when asked.
+        hidden = await self._born_hidden(principal, planned)
+        refused += [
+            (index, content_revoked(planned[index].ref, note))
+            for index, (_, note) in hidden.items()
+            if planned[index].data.on_revoked == "reject"
+        ]
+        if refused:
+            raise GateRefused(sorted(refused, key=lambda failure: failure[0]))
+        return now, ids, hidden
+
+    @staticmethod
+    def _answer(
+        row: Memory,
+        one: Planned,
+        superseded: list[uuid.UUID],
+        now: datetime,
+        hidden: tuple[set[uuid.UUID], HiddenNote] | None,
+    ) -> MemoryWritten:
+        """A write's answer as written, before a later write of its key in the batch closes it
+        (as each write's own answer would have been). A write a revocation covers is stored
+        hidden (a proposal too: approving it could otherwise bring the revoked claim back)."""
+        out = to_out(row)
+        if hidden is not None:
+            row.revoked_at = now
+            out = msgspec.structs.replace(out, status="hidden")
+        return MemoryWritten(
+            memory=out,
+            superseded=superseded,
+            audience_narrowed=narrowing(row.space_id, one.read_requires, one.personal),
+            hidden=None if hidden is None else hidden[1],
+        )
 
     async def _check_preconditions(self, principal: Principal, planned: list[Planned]) -> None:
         """412 unless every write's `If-Match` names the live version of its key (the one the
@@ -487,6 +521,44 @@ class MemoryService:
         for one in expecting:
             assert one.if_match is not None
             one.if_match.check(live.get(one.ref))
+
+    async def _born_hidden(
+        self, principal: Principal, planned: list[Planned]
+    ) -> dict[int, tuple[set[uuid.UUID], HiddenNote]]:
+        """The writes of `planned` a standing revocation covers (by place): their value,
+        normalized, equals a memory revoked in their space, or a source they cite is hidden.
+        Each with the revocations that hide it (its causes) and what its answer says. Asked
+        under the tenant's revocation lock (shared, taken with the key locks), in a statement
+        of its own: its snapshot is taken after the lock, so a revoke is never half seen."""
+        causes = await revocations.causes_of(
+            self._session,
+            principal.tenant_id,
+            [(one.ref.space_id, content_hash(one.data.value)) for one in planned],
+            [source for one in planned for source in one.derived_from],
+        )
+        hidden: dict[int, tuple[set[uuid.UUID], HiddenNote]] = {}
+        for index, one in enumerate(planned):
+            content, derived = causes.of(
+                one.ref.space_id, content_hash(one.data.value), one.derived_from
+            )
+            if content:
+                note = HiddenNote(
+                    because="content-revoked",
+                    detail=f"Its value, normalized, equals a memory revoked in space "
+                    f"{one.ref.space_id}: it is stored hidden and no reader gets it unless "
+                    "that memory is reinstated.",
+                )
+            elif derived:
+                note = HiddenNote(
+                    because="derived-from-hidden",
+                    detail="A memory it cites in 'derived_from' is hidden by a revocation: "
+                    "it is stored hidden and no reader gets it unless that revocation is "
+                    "reinstated.",
+                )
+            else:
+                continue
+            hidden[index] = (content | derived, note)
+        return hidden
 
     async def write_batch(self, principal: Principal, batch: MemoryBatch) -> MemoryBatchWritten:
         """Write every item of `batch` in order, each exactly as `write` would, or none: any
@@ -1091,8 +1163,9 @@ class MemoryService:
         if not derived_from:
             return []
         wanted = list(dict.fromkeys(derived_from))
+        # Hidden sources too: a write citing one is stored hidden (service/revocation).
         found = await repository.readable_sources(
-            self._session, visible(principal, Action.READ), wanted
+            self._session, visible(principal, Action.READ), wanted, revoked=True
         )
         by_id = {source_id: (space, inherited) for source_id, space, inherited in found}
         return [Source(i, *by_id[i]) for i in wanted if i in by_id]
@@ -1259,6 +1332,21 @@ def cast_kind(kind: str) -> Kind:
     if kind not in get_args(Kind):
         raise ValueError(f"unknown kind {kind!r}")  # the table's CHECK constraint forbids it
     return cast(Kind, kind)
+
+
+def content_revoked(ref: KeyRef, note: HiddenNote) -> ContentRevoked:
+    """The answer to a write asked with `on_revoked: "reject"` that a revocation covers."""
+    what = (
+        f"Its value, normalized, equals a memory revoked in space {ref.space_id}"
+        if note.because == "content-revoked"
+        else "A memory it cites in 'derived_from' is hidden by a revocation"
+    )
+    return ContentRevoked(
+        f"{what}. Nothing was written (you asked with on_revoked 'reject'; without it the "
+        "memory is stored hidden).",
+        because=note.because,
+        space_id=str(ref.space_id),
+    )
 
 
 def not_found_detail(memory_id: uuid.UUID) -> str:

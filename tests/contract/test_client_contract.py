@@ -38,6 +38,7 @@ ANSWERS: dict[str, Any] = {
     "CountGroup": t.CountGroup,
     "AudienceNarrowing": t.AudienceNarrowing,
     "RevertNote": t.RevertNote,
+    "HiddenNote": t.HiddenNote,
     "PrincipalOut": t.Principal,
     "ClientOut": t.Client,
     "ClientCreated": t.ClientCreated,

@@ -35,6 +35,8 @@ TOOL_ACTIONS = {
     "list_proposals": "memory.list_proposals",
     "approve": "memory.approve",
     "reject": "memory.reject",
+    "revoke": "memory.revoke",
+    "reinstate": "memory.reinstate",
     "request_consolidation": "jobs.start",
 }
 

@@ -12,6 +12,7 @@ from service.audit.checkpoints import run_checkpoints
 from service.auth.scopes import ADMIN_SCOPES
 from tests.fixtures.api import MEMORY_SCOPES, Agent, Api
 from tests.integration.memory.support import (
+    ROUTES,
     Route,
     Targets,
     assert_problem,
@@ -25,6 +26,7 @@ from tests.integration.memory.support import (
 )
 
 ADMIN_ONLY = "manage:policy"
+[ROUTE_REVOKE] = [route for route in ROUTES if str(route) == "POST /v1/memories/{id}/revoke"]
 
 
 REVIEW = "review:memory"
@@ -203,6 +205,10 @@ async def check_minimal_scope(api: Api, route: Route) -> None:
         target = enabled_id = own["client"]["client_id"]
     if route.group == "audit":
         await run_checkpoints(api.runtime.sessionmaker, api.runtime.kek)
+    if str(route) == "POST /v1/memories/{id}/reinstate":
+        # Only a revoked memory can be reinstated.
+        revoked = await call(api.http, ROUTE_REVOKE, target, headers, body)
+        assert revoked.status_code == 200, revoked.text
     before = await count_memories(api.runtime)
     response = await call(api.http, route, target, headers, body)
     assert response.status_code == route.ok_status, response.text
@@ -242,6 +248,14 @@ async def check_minimal_scope(api: Api, route: Route) -> None:
         "POST /v1/memories/{id}/approve": lambda b: (b["type"], problem_uri("not-a-reviewer")),
         "POST /v1/memories/{id}/reject": lambda b: (b["type"], problem_uri("not-a-reviewer")),
         "GET /v1/spaces/{id}/proposals": lambda b: (b["type"], problem_uri("not-a-reviewer")),
+        "POST /v1/memories/{id}/revoke": lambda b: (
+            (b["memory_id"], b["revoked_by"], b["hidden"]),
+            (targets.memory_id, alice.principal_id, 1),
+        ),
+        "POST /v1/memories/{id}/reinstate": lambda b: (
+            (b["memory_id"], b["reinstated_by"], b["restored"]),
+            (targets.memory_id, alice.principal_id, 1),
+        ),
         "POST /v1/principals": lambda b: (
             (b["display_name"], b["kind"], b["personal_space_id"] is not None),
             ("matrix-bot", "agent", True),

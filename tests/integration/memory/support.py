@@ -129,6 +129,10 @@ def _search_body(_: Targets) -> dict[str, Any]:
     return {"query": "the caller's own memory", "k": 5}  # its words: clears the floor
 
 
+def _reason_body(_: Targets) -> dict[str, Any]:
+    return {"reason": "withdrawn"}
+
+
 def _principal_body(_: Targets) -> dict[str, Any]:
     return {"display_name": "matrix-bot", "kind": "agent"}
 
@@ -170,6 +174,8 @@ ROUTES: tuple[Route, ...] = (
         ok_status=403,
     ),
     Route("GET", "/v1/spaces/{id}/proposals", "review:memory", "memory", "space", ok_status=403),
+    Route("POST", "/v1/memories/{id}/revoke", "delete:memory", "memory", "memory", _reason_body),
+    Route("POST", "/v1/memories/{id}/reinstate", "delete:memory", "memory", "memory", _reason_body),
     Route("POST", "/v1/principals", "manage:policy", "admin", body=_principal_body, ok_status=201),
     Route("GET", "/v1/principals", "manage:policy", "admin"),
     Route("GET", "/v1/principals/{id}", "manage:policy", "admin", resource="principal"),
@@ -225,6 +231,8 @@ async def call(
     headers: dict[str, str] | None = None,
     body: dict[str, Any] | None = None,
 ) -> httpx.Response:
+    if body is None and route.resource is not None and route.body is not None:
+        body = route.body(Targets("", "", ""))  # a route on an id whose body names none
     response: httpx.Response = await http.request(
         route.method, route.path(resource_id), json=body, headers=headers or {}
     )

@@ -16,7 +16,7 @@ from sqlalchemy import text
 
 from service.auth.exchange import ACCESS_TOKEN_TYPE, TOKEN_EXCHANGE
 from service.consolidation.jobs import CONSOLIDATION
-from service.memory.proposals import normalized_text
+from service.memory.normalize import normalized as normalized_text
 from service.settings import MemorySettings, Settings
 from tests.conftest import make_settings
 from tests.fixtures.api import MEMORY_SCOPES, Agent, Api

@@ -52,10 +52,12 @@ async def _service(api: Api, caller: Principal) -> AsyncIterator[tuple[MemorySer
         await session.close()
 
 
-async def test_a_write_sends_five_statements(api: Api) -> None:
+async def test_a_write_sends_six_statements(api: Api) -> None:
     """Where the caller may write (grants, personal space, space settings), the subject and
-    key locks with the clock, the write gate's look at the subject's live keys (issue 12), the
-    newest version with the supersession, the insert."""
+    key locks (and the revocation lock, shared) with the clock, the write gate's look at the
+    subject's live keys (issue 12), the standing revocations that cover it (issue 15: after
+    the lock, so in a statement of its own), the newest version with the supersession, the
+    insert."""
     alice = await api.new_agent("alice")
     await api.remember(alice, key="deploy.window", value="Tuesdays")
     caller = _caller(api, alice)
@@ -65,22 +67,23 @@ async def test_a_write_sends_five_statements(api: Api) -> None:
         written = await service.write(caller, data)
         assert written.memory.version == 2
         assert len(written.superseded) == 1
-        assert len(sent) == 5, sent
+        assert len(sent) == 6, sent
 
 
-async def test_a_fresh_key_is_written_in_five_statements_too(api: Api) -> None:
+async def test_a_fresh_key_is_written_in_six_statements_too(api: Api) -> None:
     alice = await api.new_agent("alice")
     caller = _caller(api, alice)
     async with _service(api, caller) as (service, sent):
         data = MemoryCreate(subject="service:billing", kind="fact", key="new", value="first")
         written = await service.write(caller, data)
         assert (written.memory.version, written.superseded) == (1, [])
-        assert len(sent) == 5, sent
+        assert len(sent) == 6, sent
 
 
 async def test_new_key_skips_the_gate_statement(api: Api) -> None:
-    """`new_key: true` (or a space with the gate off) writes in the four statements of before
-    the gate: no subject lock, no look at the subject's keys."""
+    """`new_key: true` (or a space with the gate off) skips the gate's statement: five (the
+    four of before the gate, and the revocation lookup of issue 15), no subject lock, no look
+    at the subject's keys."""
     alice = await api.new_agent("alice")
     await api.remember(alice, key="deploy.window", value="Tuesdays")
     caller = _caller(api, alice)
@@ -89,7 +92,7 @@ async def test_new_key_skips_the_gate_statement(api: Api) -> None:
                             value="Fridays", new_key=True)  # fmt: skip
         written = await service.write(caller, data)
         assert (written.memory.version, written.superseded) == (1, [])
-        assert len(sent) == 4, sent
+        assert len(sent) == 5, sent
 
 
 async def test_a_search_sends_two_statements(api: Api) -> None:

@@ -82,6 +82,22 @@ TOOL_PROBES = (
         "revert_memory", "id", lambda v: {"id": v}, memory_id_of, "memory-not-found", by_id=True
     ),
     ToolProbe(
+        "revoke",
+        "id",
+        lambda v: {"id": v, "reason": "probe"},
+        memory_id_of,
+        "memory-not-found",
+        by_id=True,
+    ),
+    ToolProbe(
+        "reinstate",
+        "id",
+        lambda v: {"id": v, "reason": "probe"},
+        memory_id_of,
+        "memory-not-found",
+        by_id=True,
+    ),
+    ToolProbe(
         "remember", "space_id", lambda v: {**NOTE, "space_id": v}, space_id_of, "space-not-found"
     ),
     ToolProbe(

@@ -11,7 +11,7 @@ import pytest
 from service.consolidation.repository import InputRow
 from service.consolidation.service import fingerprint
 from service.consolidation.summarizers import Extractive, Input, capped, create_summarizer
-from service.memory.service import content_hash
+from service.memory.normalize import content_hash
 from service.settings import SummarizerSettings
 
 T0 = datetime(2026, 12, 1, tzinfo=UTC)

@@ -5,7 +5,8 @@ import uuid
 import pytest
 
 from service.db.base import uuid7
-from service.memory.service import content_hash, decode_cursor, encode_cursor
+from service.memory.normalize import content_hash
+from service.memory.service import decode_cursor, encode_cursor
 from service.problems import BadCursor
 
 

@@ -29,6 +29,7 @@ class MemoryCreate(TypedDict, total=False):
     value: Required[str]
     space_id: str | None
     new_key: bool
+    on_revoked: Literal["hide", "reject"]
     ttl_seconds: int | None
     valid_from: str | None
     derived_from: list[str]
@@ -141,7 +142,7 @@ class Memory(TypedDict):
     etag: str
     """`"<id>.<version>"`: send it as `If-Match` to change the key only while this version is
     its live one (the server's docs/concepts.md, "Safe retries and edits")."""
-    status: Literal["live", "superseded", "expired", "retracted", "proposed"]
+    status: Literal["live", "superseded", "expired", "retracted", "proposed", "hidden"]
     valid_from: str
     valid_until: str | None
     expires_at: str | None
@@ -164,11 +165,17 @@ class RevertNote(TypedDict):
     sources_dropped: int
 
 
+class HiddenNote(TypedDict):
+    because: Literal["content-revoked", "derived-from-hidden"]
+    detail: str
+
+
 class MemoryWritten(TypedDict):
     memory: Memory
     superseded: list[str]
     audience_narrowed: NotRequired[AudienceNarrowing | None]
     reverted: NotRequired[RevertNote | None]
+    hidden: NotRequired[HiddenNote | None]
 
 
 class BatchWritten(TypedDict):
