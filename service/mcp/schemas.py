@@ -37,6 +37,17 @@ IfMatch = Annotated[
 ]
 """REST's `If-Match` header, as a tool argument."""
 
+MemoryIfMatch = Annotated[
+    str | None,
+    msgspec.Meta(
+        description="Change only while this is the memory named: its `etag` as an answer gave "
+        'it (`"<id>.<version>"`, quotes included), or "*". Otherwise the tool answers 412 '
+        "`precondition-failed` naming the memory's etag, and nothing changes."
+    ),
+]
+"""REST's `If-Match` of a change of one memory that supersedes nothing (reject, revoke,
+reinstate), as a tool argument."""
+
 
 class RememberArguments(MemoryCreate, forbid_unknown_fields=True, kw_only=True):
     """REST's write body, and its `If-Match` header."""
@@ -57,14 +68,17 @@ class MemoryChange(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 
 
 class MemoryRef(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    """A memory by id (approve)."""
+    """A memory by id (approve), with REST's `If-Match` (the live version of its key the
+    proposal supersedes)."""
 
     id: MemoryId
+    if_match: IfMatch = None
 
 
 class RejectArguments(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     id: MemoryId
     reason: RejectReason
+    if_match: MemoryIfMatch = None
 
 
 class ProposalsArguments(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):

@@ -253,7 +253,9 @@ async def list_proposals(call: Call, runtime: Runtime, data: ProposalsArguments)
 async def approve(call: Call, runtime: Runtime, data: MemoryRef) -> msgspec.Struct:
     """Approve a proposal (its id, from list_proposals): it becomes the live version of its
     key, superseding the live one."""
-    return await ReviewService(call.db, facts=call.facts).approve(_caller(call), parse_id(data.id))
+    return await ReviewService(call.db, facts=call.facts).approve(
+        _caller(call), parse_id(data.id), parse_if_match(data.if_match)
+    )
 
 
 @tool(memory_ops.REJECT, name="reject", arguments=RejectArguments, read_only=False)
@@ -261,7 +263,10 @@ async def reject(call: Call, runtime: Runtime, data: RejectArguments) -> msgspec
     """Reject a proposal with a reason: it becomes a tombstone, and the same text cannot be
     proposed into that space again."""
     return await ReviewService(call.db, facts=call.facts).reject(
-        _caller(call), parse_id(data.id), Rejection(reason=data.reason)
+        _caller(call),
+        parse_id(data.id),
+        Rejection(reason=data.reason),
+        parse_if_match(data.if_match),
     )
 
 
@@ -276,7 +281,7 @@ async def revoke(call: Call, runtime: Runtime, data: RevokeArguments) -> msgspec
     """Revoke one memory version with a reason (which may not quote it): it, its re-writes
     in its space and every memory derived from them reach no reader again until reinstated."""
     return await RevocationService(call.db, facts=call.facts).revoke(
-        _caller(call), parse_id(data.id), data.reason
+        _caller(call), parse_id(data.id), data.reason, parse_if_match(data.if_match)
     )
 
 
@@ -285,7 +290,7 @@ async def reinstate(call: Call, runtime: Runtime, data: RevokeArguments) -> msgs
     """Reinstate a revoked memory with a reason: what its revocation hid comes back. Only
     the revoked memory itself can be reinstated (not a hidden copy or derived memory)."""
     return await RevocationService(call.db, facts=call.facts).reinstate(
-        _caller(call), parse_id(data.id), data.reason
+        _caller(call), parse_id(data.id), data.reason, parse_if_match(data.if_match)
     )
 
 

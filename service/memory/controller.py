@@ -97,6 +97,15 @@ IF_MATCH = HeaderParameter(
     "nothing changes.",
 )
 IfMatchHeader = Annotated[str | None, IF_MATCH]
+MEMORY_IF_MATCH = HeaderParameter(
+    name="If-Match",
+    required=False,
+    description="Change only while this is the memory named: its ETag as the API sent it "
+    '(`"<id>.<version>"`, quotes included; several, comma-separated), or `*`. Otherwise 412 '
+    "`precondition-failed` naming the memory's ETag, and nothing changes.",
+)
+MemoryIfMatchHeader = Annotated[str | None, MEMORY_IF_MATCH]
+"""`If-Match` of a change of one memory that supersedes nothing (reject, revoke, reinstate)."""
 
 
 def _tagged(written: MemoryWritten) -> Response[MemoryWritten]:
@@ -274,11 +283,16 @@ async def list_proposals(
     **route(ops.APPROVE),
 )
 async def approve_proposal(
-    request: AuthedRequest, memory_id: FromPath[str], call: CallDep
+    request: AuthedRequest,
+    memory_id: FromPath[str],
+    call: CallDep,
+    if_match: IfMatchHeader = None,
 ) -> MemoryWritten:
     """Approve a proposal: it becomes the live version of its key, superseding the live one
-    as any write does, numbered after the key's newest version."""
-    return await _review(call).approve(request.user, parse_id(memory_id))
+    as any write does, numbered after the key's newest version. `If-Match` names the live
+    version of the key the proposal supersedes (not the proposal)."""
+    precondition = parse_if_match(if_match)
+    return await _review(call).approve(request.user, parse_id(memory_id), precondition)
 
 
 @post(
@@ -288,8 +302,14 @@ async def approve_proposal(
     **route(ops.REJECT),
 )
 async def reject_proposal(
-    request: AuthedRequest, memory_id: FromPath[str], data: JSONBody[Rejection], call: CallDep
+    request: AuthedRequest,
+    memory_id: FromPath[str],
+    data: JSONBody[Rejection],
+    call: CallDep,
+    if_match: MemoryIfMatchHeader = None,
 ) -> Rejected:
     """Reject a proposal with a reason: it becomes a tombstone no read returns, and the same
-    text (ignoring case and white space) cannot be proposed into that space again."""
-    return await _review(call).reject(request.user, parse_id(memory_id), data)
+    text (ignoring case and white space) cannot be proposed into that space again. `If-Match`
+    names the proposal itself."""
+    precondition = parse_if_match(if_match)
+    return await _review(call).reject(request.user, parse_id(memory_id), data, precondition)

@@ -12,6 +12,11 @@ a revert brings back or a delete retracts. It holds when that live version's ETa
 for `*` when the key has a live version at all. It is evaluated under the key's lock, in the
 change's transaction (service/memory/service.py), so of two changes naming the same ETag
 exactly one holds; the other is 412 and changes nothing.
+
+Approving a proposal is a change of its key: its `If-Match` names the live version the
+proposal will supersede (not the proposal, which is no version of the key yet). Rejecting a
+proposal, revoking and reinstating change one memory and supersede nothing: their `If-Match`
+names that memory itself (`check_memory`).
 """
 
 from __future__ import annotations
@@ -60,6 +65,24 @@ class IfMatch:
             "still applies.",
             current_etag=current,
         )
+
+
+def check_memory(if_match: IfMatch | None, memory: Version) -> None:
+    """412 unless `if_match` (when sent) names `memory` itself: the precondition of a change of
+    one memory by id that supersedes nothing (reject a proposal, revoke, reinstate). A version's
+    ETag never changes, so this refuses a change aimed at another version than the one the
+    client read (e.g. a newer version of the key, or an older one)."""
+    if if_match is None or if_match.any_version:
+        return
+    current = etag_of(memory.id, memory.version)
+    if current in if_match.etags:
+        return
+    raise PreconditionFailed(
+        f"If-Match did not hold: this memory's ETag is {current}. Nothing was changed. Read "
+        "the memory again (GET /v1/memories/{id}) and resend with its ETag if your change "
+        "still applies.",
+        current_etag=current,
+    )
 
 
 def parse_if_match(raw: str | None) -> IfMatch | None:

@@ -166,6 +166,7 @@ APPROVE = operation(
     NotAReviewer,
     NotAProposal,
     idempotent=True,
+    conditional=True,
 )
 REJECT = operation(
     "memory.reject",
@@ -176,6 +177,7 @@ REJECT = operation(
     NotAReviewer,
     NotAProposal,
     idempotent=True,
+    conditional=True,
 )
 
 # Jobs (issue 13): run by the job runner as the tenant's job principal, one call per batch.

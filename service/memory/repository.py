@@ -1544,6 +1544,9 @@ async def live_versions(
                     Memory.kind == ref.kind,
                     Memory.key == ref.key,
                     Memory.read_requires == cast(list(ref.read_requires), _UUIDS),
+                    # A waiting proposal is unsuperseded too, and visible to its writer and
+                    # the reviewers: it is no version of the key (issue 15, finding 4).
+                    Memory.review_state.is_(None),
                 )
             )
         ).one_or_none()

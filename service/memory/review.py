@@ -24,9 +24,10 @@ from service.calls import Facts
 from service.db.models import Memory, ReviewRejection
 from service.db.types import NOT_BLANK
 from service.memory import repository
+from service.memory.etags import IfMatch, check_memory
 from service.memory.problems import MemoryNotFound, NotAProposal, NotAReviewer, SpaceNotFound
 from service.memory.proposals import PROPOSED, REJECTED, text_hash
-from service.memory.repository import ANSWER, KeyRef, NewVersion, cast_row
+from service.memory.repository import ANSWER, KeyRef, NewVersion, Version, cast_row
 from service.memory.schemas import MemoryPage, MemoryWritten
 from service.memory.service import decode_cursor, encode_cursor, not_found_detail, to_out
 from service.policy.visible import (
@@ -96,9 +97,13 @@ class ReviewService:
         next_cursor = encode_cursor(rows[size - 1].id) if len(rows) > size else None
         return MemoryPage(items=items, next_cursor=next_cursor)
 
-    async def approve(self, principal: Principal, memory_id: uuid.UUID) -> MemoryWritten:
+    async def approve(
+        self, principal: Principal, memory_id: uuid.UUID, if_match: IfMatch | None = None
+    ) -> MemoryWritten:
         """The proposal becomes the live version of its key: the live one (if any) is closed
-        and the proposal numbered after the key's newest version, recorded now."""
+        and the proposal numbered after the key's newest version, recorded now. `if_match`:
+        only while the key's live version is the one named (the one the proposal supersedes),
+        checked under the key lock: a version written since the reviewer read the key is 412."""
         row = await self._proposal(principal, memory_id)
         ref = KeyRef(
             principal.tenant_id,
@@ -112,6 +117,9 @@ class ReviewService:
         # Under the key lock, once more: a concurrent decision may have come first.
         row = await self._proposal(principal, memory_id)
         writer = visible(principal, Action.WRITE)
+        if if_match is not None:
+            live = await repository.live_versions(self._session, writer, [ref])
+            if_match.check(live.get(ref))
         [made] = await repository.supersede_many(
             self._session, writer, [NewVersion(ref, row.id, row.valid_from)], at=now
         )
@@ -131,10 +139,15 @@ class ReviewService:
         return MemoryWritten(memory=to_out(cast_row(approved)), superseded=made.superseded)
 
     async def reject(
-        self, principal: Principal, memory_id: uuid.UUID, rejection: Rejection
+        self,
+        principal: Principal,
+        memory_id: uuid.UUID,
+        rejection: Rejection,
+        if_match: IfMatch | None = None,
     ) -> Rejected:
         """The proposal becomes a tombstone (closed, out of every read), and the hash of its
-        normalized text refuses the same proposal into the space again."""
+        normalized text refuses the same proposal into the space again. `if_match`: only while
+        it names the proposal itself (`"<id>.0"`), checked under the key lock."""
         row = await self._proposal(principal, memory_id)
         now = await repository.lock_key(
             self._session,
@@ -148,6 +161,7 @@ class ReviewService:
             ),
         )
         row = await self._proposal(principal, memory_id)
+        check_memory(if_match, Version(row.id, row.version))
         decided = {"reviewed_by": principal.principal_id, "reviewed_at": now}
         await self._session.execute(
             # Closed too: a tombstone leaves the live indexes (no search walks past it).

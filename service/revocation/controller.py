@@ -11,6 +11,8 @@ from service.auth.tokens import VerifiedToken
 from service.http.deps import CallDep
 from service.http.params import parse_id
 from service.http.routes import route
+from service.memory.controller import MemoryIfMatchHeader
+from service.memory.etags import parse_if_match
 from service.revocation import operations as ops
 from service.revocation.schemas import Reinstated, Revoked, RevokeRequest
 from service.revocation.service import RevocationService
@@ -22,13 +24,18 @@ AuthedRequest = Request[Principal, VerifiedToken, State]
     "/v1/memories/{memory_id:str}/revoke", tags=["memories"], status_code=200, **route(ops.REVOKE)
 )
 async def revoke_memory(
-    request: AuthedRequest, memory_id: FromPath[str], data: JSONBody[RevokeRequest], call: CallDep
+    request: AuthedRequest,
+    memory_id: FromPath[str],
+    data: JSONBody[RevokeRequest],
+    call: CallDep,
+    if_match: MemoryIfMatchHeader = None,
 ) -> Revoked:
     """Revoke one memory version with a reason: it, every memory of its space with the same
     normalized content (now and written later) and every memory derived from one of them
-    reach no reader again, on any surface, until it is reinstated. Needs `delete:memory`."""
+    reach no reader again, on any surface, until it is reinstated. Needs `delete:memory`.
+    `If-Match` names the memory itself."""
     return await RevocationService(call.db, facts=call.facts).revoke(
-        request.user, parse_id(memory_id), data.reason
+        request.user, parse_id(memory_id), data.reason, parse_if_match(if_match)
     )
 
 
@@ -39,11 +46,15 @@ async def revoke_memory(
     **route(ops.REINSTATE),
 )
 async def reinstate_memory(
-    request: AuthedRequest, memory_id: FromPath[str], data: JSONBody[RevokeRequest], call: CallDep
+    request: AuthedRequest,
+    memory_id: FromPath[str],
+    data: JSONBody[RevokeRequest],
+    call: CallDep,
+    if_match: MemoryIfMatchHeader = None,
 ) -> Reinstated:
     """Reinstate a revoked memory with a reason: what its revocation hid comes back (a memory
     also hidden by another revocation stays hidden). Only the revoked memory itself can be
-    reinstated, not a hidden copy or a derived memory."""
+    reinstated, not a hidden copy or a derived memory. `If-Match` names the memory itself."""
     return await RevocationService(call.db, facts=call.facts).reinstate(
-        request.user, parse_id(memory_id), data.reason
+        request.user, parse_id(memory_id), data.reason, parse_if_match(if_match)
     )

@@ -25,6 +25,7 @@ REVOKE = operation(
     MemoryAlreadyHidden,
     ReasonQuotesContent,
     idempotent=True,
+    conditional=True,
 )
 REINSTATE = operation(
     "memory.reinstate",
@@ -36,4 +37,5 @@ REINSTATE = operation(
     NotTheRevokedMemory,
     ReasonQuotesContent,
     idempotent=True,
+    conditional=True,
 )

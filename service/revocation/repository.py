@@ -53,6 +53,8 @@ class Target:
     value: str
     content_hash: bytes
     hidden: bool
+    version: int
+    """Its number in its key's chain: with the id, its ETag (an `If-Match` names it)."""
 
 
 async def target(session: AsyncSession, scope: Visible, memory_id: uuid.UUID) -> Target | None:
@@ -66,13 +68,14 @@ async def target(session: AsyncSession, scope: Visible, memory_id: uuid.UUID) ->
                 Memory.value,
                 Memory.content_hash,
                 Memory.revoked_at,
+                Memory.version,
                 liveness=Liveness.including_revoked(),
             ).where(Memory.id == memory_id)
         )
     ).one_or_none()
     if row is None:
         return None
-    return Target(row[0], row[1], row[2], bytes(row[3]), row[4] is not None)
+    return Target(row[0], row[1], row[2], bytes(row[3]), row[4] is not None, row[5])
 
 
 async def manageable(

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import msgspec
 
-from service.mcp.schemas import MemoryId
+from service.mcp.schemas import MemoryId, MemoryIfMatch
 
 Reason = Annotated[
     str,
@@ -30,6 +30,7 @@ class RevokeArguments(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 
     id: MemoryId
     reason: Reason
+    if_match: MemoryIfMatch = None
 
 
 class Revoked(msgspec.Struct, kw_only=True):

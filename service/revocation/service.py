@@ -18,8 +18,10 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from service.auth.principal import Principal
 from service.calls import Facts
 from service.db.base import uuid7
+from service.memory.etags import IfMatch, check_memory
 from service.memory.normalize import QUOTE_RUN, quotes
 from service.memory.problems import MemoryNotFound
+from service.memory.repository import Version
 from service.memory.service import not_found_detail
 from service.policy.visible import Action, Visible, visible
 from service.revocation import repository
@@ -37,10 +39,19 @@ class RevocationService:
         self._session = session
         self._facts = facts
 
-    async def revoke(self, principal: Principal, memory_id: uuid.UUID, reason: str) -> Revoked:
+    async def revoke(
+        self,
+        principal: Principal,
+        memory_id: uuid.UUID,
+        reason: str,
+        if_match: IfMatch | None = None,
+    ) -> Revoked:
+        """`if_match`: only while it names this memory (checked under the revocation lock,
+        held alone, in the revoke's transaction)."""
         await repository.hold_out_writes(self._session, principal.tenant_id)
         scope = visible(principal, Action.DELETE)
         found = await self._target(scope, memory_id)
+        check_memory(if_match, Version(found.id, found.version))
         if found.hidden:
             standing = await repository.standing_of(self._session, principal.tenant_id, found.id)
             causes = [found.id] if standing else await self._causes(principal, found.id)
@@ -80,11 +91,17 @@ class RevocationService:
         )
 
     async def reinstate(
-        self, principal: Principal, memory_id: uuid.UUID, reason: str
+        self,
+        principal: Principal,
+        memory_id: uuid.UUID,
+        reason: str,
+        if_match: IfMatch | None = None,
     ) -> Reinstated:
+        """`if_match`: only while it names this memory (checked as revoke checks it)."""
         await repository.hold_out_writes(self._session, principal.tenant_id)
         scope = visible(principal, Action.DELETE)
         found = await self._target(scope, memory_id)
+        check_memory(if_match, Version(found.id, found.version))
         standing = await repository.standing_of(self._session, principal.tenant_id, found.id)
         if standing is None:
             if not found.hidden:

@@ -477,3 +477,90 @@ async def test_proposals_take_no_slot_of_another_readers_search(api: Api) -> Non
     mine = await api.search(world.writer, PROPOSED_TEXT, k=k, min_score=0, mode="vector")
     assert all(h["memory"]["status"] == "proposed" for h in mine.json()["hits"])
     assert len(mine.json()["hits"]) == k
+
+
+async def test_if_match_changes_the_key_while_a_proposal_waits_on_it(api: Api) -> None:
+    """A waiting proposal is unsuperseded and visible to its writer and the reviewers, but it is
+    no version of the key: the If-Match lookup ignores it (was MultipleResultsFound → 500)."""
+    world = await _reviewed(api)
+    first = await _write(world, world.reviewer, value="Refund limit is 300 EUR")
+    assert first.status_code == 201, first.text
+    etag = first.json()["memory"]["etag"]
+    await _propose(world, value="Refund limit is 5000 EUR", new_key=False)
+    for agent in (world.reviewer, world.writer):
+        stale = await world.api.http.post(
+            "/v1/memories",
+            json={
+                "subject": SUBJECT,
+                "kind": "fact",
+                "key": "refunds.approval",
+                "value": "Refund limit is 1 EUR",
+                "space_id": world.space_id,
+            },
+            headers=agent.headers | {"If-Match": '"00000000-0000-0000-0000-000000000000.1"'},
+        )
+        assert_problem(stale, 412, "precondition-failed")
+        assert stale.json()["current_etag"] == etag
+    second = await world.api.http.post(
+        "/v1/memories",
+        json={
+            "subject": SUBJECT,
+            "kind": "fact",
+            "key": "refunds.approval",
+            "value": "Refund limit is 250 EUR",
+            "space_id": world.space_id,
+        },
+        headers=world.reviewer.headers | {"If-Match": etag},
+    )
+    assert second.status_code == 201, second.text
+    assert second.json()["memory"]["version"] == 2
+
+
+async def test_approve_and_reject_honour_if_match(api: Api) -> None:
+    """Approve's If-Match names the live version the proposal supersedes: a version written
+    since the reviewer read the key is 412, naming it, and the proposal stays waiting. Reject's
+    names the proposal itself. Stale changes nothing."""
+    world = await _reviewed(api)
+    first = await _write(world, world.reviewer, value="Refund limit is 300 EUR")
+    etag_v1 = first.json()["memory"]["etag"]
+    proposal = await _propose(world, value="Refund limit is 5000 EUR", new_key=False)
+    second = await _write(world, world.reviewer, value="Refund limit is 250 EUR", new_key=False)
+    assert second.status_code == 201, second.text
+    etag_v2 = second.json()["memory"]["etag"]
+    approve = f"/v1/memories/{proposal['id']}/approve"
+    stale = await world.api.http.post(
+        approve, headers=world.reviewer.headers | {"If-Match": etag_v1}
+    )
+    assert_problem(stale, 412, "precondition-failed")
+    assert stale.json()["current_etag"] == etag_v2
+    # Nothing changed: the proposal waits, version 2 is live.
+    [waiting] = (
+        await world.api.http.get(
+            f"/v1/spaces/{world.space_id}/proposals", headers=world.reviewer.headers
+        )
+    ).json()["items"]
+    assert waiting["id"] == proposal["id"]
+    live = await world.api.http.get(
+        "/v1/memories", params={"key": "refunds.approval"}, headers=world.reader.headers
+    )
+    assert [item["etag"] for item in live.json()["items"]] == [etag_v2]
+    approved = await world.api.http.post(
+        approve, headers=world.reviewer.headers | {"If-Match": etag_v2}
+    )
+    assert approved.status_code == 200, approved.text
+    assert approved.json()["memory"]["version"] == 3
+    assert approved.json()["superseded"] == [second.json()["memory"]["id"]]
+
+    other = await _propose(world, value="Refund limit is 10 EUR", new_key=False)
+    reject = f"/v1/memories/{other['id']}/reject"
+    body = {"reason": "not our policy"}
+    wrong = await world.api.http.post(
+        reject, json=body, headers=world.reviewer.headers | {"If-Match": etag_v2}
+    )
+    assert_problem(wrong, 412, "precondition-failed")
+    assert wrong.json()["current_etag"] == other["etag"] == f'"{other["id"]}.0"'
+    rejected = await world.api.http.post(
+        reject, json=body, headers=world.reviewer.headers | {"If-Match": other["etag"]}
+    )
+    assert rejected.status_code == 200, rejected.text
+    assert rejected.json()["status"] == "rejected"

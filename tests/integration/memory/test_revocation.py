@@ -190,8 +190,13 @@ async def test_revoke_and_reinstate_through_the_mcp_client(api: Api, runtime: Ru
             )
         )
         refused = await session.call_tool("reinstate", {"id": copy["memory"]["id"], "reason": "x"})
+        stale = await session.call_tool(
+            "reinstate", {"id": memory["id"], "reason": "back", "if_match": copy["memory"]["etag"]}
+        )
         reinstated = payload(
-            await session.call_tool("reinstate", {"id": memory["id"], "reason": "back"})
+            await session.call_tool(
+                "reinstate", {"id": memory["id"], "reason": "back", "if_match": memory["etag"]}
+            )
         )
         back = await session.call_tool("get_memory", {"id": memory["id"]})
     assert "reason-quotes-content" in error_text(quoting)
@@ -199,5 +204,6 @@ async def test_revoke_and_reinstate_through_the_mcp_client(api: Api, runtime: Ru
     assert "memory-not-found" in error_text(gone)
     assert copy["memory"]["status"] == "hidden"
     assert "not-the-revoked-memory" in error_text(refused)
+    assert "precondition-failed" in error_text(stale)
     assert (reinstated["memory_id"], reinstated["restored"]) == (memory["id"], 2)
     assert not back.is_error

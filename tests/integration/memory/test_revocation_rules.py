@@ -297,3 +297,34 @@ async def test_a_write_waits_for_a_revocation_in_flight(api: Api) -> None:
     assert waited >= 1.4, "the write did not wait for the revocation lock"
     # It read the revocation committed while it waited: stored hidden.
     assert written["memory"]["status"] == "hidden"
+
+
+async def test_revoke_and_reinstate_honour_if_match(api: Api) -> None:
+    """Their If-Match names the memory itself: another version's ETag is 412 naming the
+    memory's, and changes nothing; its own (or `*`) goes ahead."""
+    alice = await api.new_agent("alice")
+    first = (await _write(api, alice))["memory"]
+    second = (await _write(api, alice, value="Refunds need one signature", new_key=False))["memory"]
+    revoke_path = f"/v1/memories/{second['id']}/revoke"
+    body = {"reason": "withdrawn"}
+    stale = await api.http.post(
+        revoke_path, json=body, headers=alice.headers | {"If-Match": first["etag"]}
+    )
+    assert_problem(stale, 412, "precondition-failed")
+    assert stale.json()["current_etag"] == second["etag"]
+    assert await scalar(api.runtime, "SELECT count(*) FROM revocations") == 0
+    assert await _get(api, alice, second["id"]) == 200
+    revoked = await api.http.post(
+        revoke_path, json=body, headers=alice.headers | {"If-Match": second["etag"]}
+    )
+    assert revoked.status_code == 200, revoked.text
+
+    reinstate_path = f"/v1/memories/{second['id']}/reinstate"
+    stale = await api.http.post(
+        reinstate_path, json=body, headers=alice.headers | {"If-Match": first["etag"]}
+    )
+    assert_problem(stale, 412, "precondition-failed")
+    assert await _get(api, alice, second["id"]) == 404
+    back = await api.http.post(reinstate_path, json=body, headers=alice.headers | {"If-Match": "*"})
+    assert back.status_code == 200, back.text
+    assert await _get(api, alice, second["id"]) == 200
