@@ -328,3 +328,53 @@ async def test_revoke_and_reinstate_honour_if_match(api: Api) -> None:
     back = await api.http.post(reinstate_path, json=body, headers=alice.headers | {"If-Match": "*"})
     assert back.status_code == 200, back.text
     assert await _get(api, alice, second["id"]) == 200
+
+
+SECRET = "Layoffs planned for March in the Berlin office"
+DERIVED = "Berlin office headcount cut in March is confirmed"
+
+
+async def test_a_revoked_text_the_writer_cannot_read_is_still_hidden_and_tells_one_bit(
+    api: Api,
+) -> None:
+    """The residual disclosure docs/security-model.md names (finding 6 of issue 15): a writer
+    who writes, into a space it writes, the exact (normalized) text of a memory revoked there
+    whose audience it lacks still gets its copy stored hidden (promise 7: the text reaches no
+    reader), so its answer says `hidden` / 409 `content-revoked`: one bit, "a memory revoked in
+    this space has this text". The answer names no memory id, audience or reason, and the
+    copy reaches no reader, its writer included."""
+    alice = await api.new_agent("alice")
+    bob = await api.new_agent("bob")
+    team = await team_space(api, "berlin", alice, bob)
+    secret = await team_space(api, "hr-secret", alice)
+    source = (await _write(api, alice, space_id=secret, key="plan", value=SECRET))["memory"]
+    derived = (
+        await _write(
+            api, alice, space_id=team, key="headcount", value=DERIVED, derived_from=[source["id"]]
+        )
+    )["memory"]
+    assert derived["provenance"]["read_requires"]  # its audience: hr-secret's readers
+    assert await _get(api, bob, derived["id"]) == 404
+    await revoke(api, alice, derived["id"], "premature, withdrawn by HR")
+
+    body = {"subject": "rumours", "kind": "fact", "space_id": team, "new_key": True}
+    refused = await post(
+        api,
+        bob,
+        "/v1/memories",
+        body | {"key": "r1", "value": DERIVED.upper(), "on_revoked": "reject"},
+    )
+    problem = assert_problem(refused, 409, "content-revoked")
+    stored = await post(api, bob, "/v1/memories", body | {"key": "r2", "value": DERIVED.upper()})
+    assert stored.status_code == 201, stored.text
+    assert stored.json()["memory"]["status"] == "hidden"
+    assert stored.json()["hidden"]["because"] == "content-revoked"
+    control = await post(api, bob, "/v1/memories", body | {"key": "r3", "value": "Munich grows"})
+    assert control.json()["memory"]["status"] == "live"
+    for answer in (refused.text, stored.text):
+        for withheld in (derived["id"], source["id"], secret, "premature", "withdrawn by HR"):
+            assert withheld not in answer
+    assert set(problem) >= {"because", "space_id"}
+    copy_id = stored.json()["memory"]["id"]
+    assert await _get(api, bob, copy_id) == 404
+    assert await _get(api, alice, copy_id) == 404
