@@ -40,6 +40,7 @@ from service.policy.visible import (
     write_targets,
 )
 from service.problems import InvalidRequest
+from service.revocation import repository as revocations
 
 MAX_PROPOSALS_PAGE = 100
 DEFAULT_PROPOSALS_PAGE = 50
@@ -113,8 +114,8 @@ class ReviewService:
             row.key,
             tuple(row.read_requires),
         )
-        now = await repository.lock_key(self._session, ref)
-        # Under the key lock, once more: a concurrent decision may have come first.
+        now = await _lock_decision(self._session, principal, ref)
+        # Under the key lock, once more: a concurrent decision (or revoke) may have come first.
         row = await self._proposal(principal, memory_id)
         writer = visible(principal, Action.WRITE)
         if if_match is not None:
@@ -149,8 +150,9 @@ class ReviewService:
         normalized text refuses the same proposal into the space again. `if_match`: only while
         it names the proposal itself (`"<id>.0"`), checked under the key lock."""
         row = await self._proposal(principal, memory_id)
-        now = await repository.lock_key(
+        now = await _lock_decision(
             self._session,
+            principal,
             KeyRef(
                 principal.tenant_id,
                 row.space_id,
@@ -198,6 +200,15 @@ class ReviewService:
                 "was decided already). Nothing changed."
             )
         return found
+
+
+async def _lock_decision(session: AsyncSession, principal: Principal, ref: KeyRef) -> datetime:
+    """The key's lock, after the tenant's revocation lock in shared mode (as every write takes
+    it): a revoke in flight that hides the proposal commits first and the re-read under the
+    locks finds it gone (404), instead of the decision's update finding no row (was a 500)."""
+    return await repository.lock_keys(
+        session, [ref], shared=[revocations.lock_name(principal.tenant_id)]
+    )
 
 
 def _proposals(

@@ -564,3 +564,61 @@ async def test_approve_and_reject_honour_if_match(api: Api) -> None:
     )
     assert rejected.status_code == 200, rejected.text
     assert rejected.json()["status"] == "rejected"
+
+
+async def test_approving_a_proposal_a_revoke_in_flight_hides_is_404(api: Api) -> None:
+    """Approve takes the tenant's revocation lock shared, as writes do: a revoke in flight
+    that hides the proposal commits first, and the approval finds no proposal (404, nothing
+    changed) instead of its update finding no row (was a 500)."""
+    import threading
+    import time
+    import uuid
+
+    import psycopg
+
+    from service.revocation.repository import lock_name
+    from tests.fixtures.entrance import bypasses_visible
+
+    world = await _reviewed(api)
+    first = await _write(world, world.reviewer, value="Refund limit is 300 EUR")
+    etag = first.json()["memory"]["etag"]
+    proposal = await _propose(world, value="Refund limit is 5000 EUR", new_key=False)
+    name = lock_name(uuid.UUID(api.tenant_id))
+    held, release = threading.Event(), threading.Event()
+
+    def revoke_in_flight() -> None:
+        # What a revoke does, from another connection: the lock, the revocation, the hiding.
+        with (
+            bypasses_visible("test: a revoke by hand, as the SECURITY DEFINER function does"),
+            psycopg.connect(api.runtime.settings.database.url) as conn,
+        ):
+            conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (name,))
+            conn.execute("SELECT set_config('memgate.tenant_id', %s, true)", (api.tenant_id,))
+            revocation = uuid.uuid4()
+            conn.execute(
+                "INSERT INTO revocations (tenant_id, id, memory_id, space_id, content_hash, "
+                "reason, revoked_by) SELECT tenant_id, %s, id, space_id, content_hash, 'test', "
+                "owner_id FROM memories WHERE id = %s",
+                (revocation, proposal["id"]),
+            )
+            conn.execute("SELECT memgate_revocation_hide(%s)", (revocation,))
+            held.set()
+            release.wait(timeout=30)
+            conn.commit()
+
+    holder = threading.Thread(target=revoke_in_flight)
+    holder.start()
+    assert held.wait(timeout=30)
+    threading.Timer(1.5, release.set).start()
+    started = time.monotonic()
+    approved = await world.api.http.post(
+        f"/v1/memories/{proposal['id']}/approve", headers=world.reviewer.headers
+    )
+    waited = time.monotonic() - started
+    holder.join(timeout=30)
+    assert waited >= 1.4, "the approval did not wait for the revocation lock"
+    assert_problem(approved, 404, "memory-not-found")
+    live = await world.api.http.get(
+        "/v1/memories", params={"key": "refunds.approval"}, headers=world.reader.headers
+    )
+    assert [item["etag"] for item in live.json()["items"]] == [etag]
