@@ -6,11 +6,11 @@
 For each checkout (default: this one), round after round (so a busy machine weighs on each
 alike), it starts `memgate serve` on a fresh embedded PostgreSQL (bench/http_load.py `served`),
 writes `--memories` memories, warms up with 50 requests, then runs `--searches` searches (or
-single writes, with `--operation write`) from one client (k=10, the load generator's varied queries) and reads the CPU time (user + system,
-from /proc) the server's process tree and the postmaster's tree spent meanwhile. It prints ms
-of CPU per search for each, their sum, and the median over the rounds with the ratio to the
-first checkout. One client keeps the two apart: nothing else runs in either tree.
-"""
+single writes, with `--operation write`) from one client (k=10, the load generator's varied
+queries) and reads the CPU time (user + system, from /proc) the server's process tree and the
+postmaster's tree spent meanwhile. It prints ms of CPU per request for each, their sum, and the
+median over the rounds with the ratio to the first checkout. One client keeps the two apart:
+nothing else runs in either tree."""
 
 from __future__ import annotations
 

@@ -4,10 +4,9 @@
         [--operation search|write]
 
 Starts `memgate serve --workers 1` (bench.http_load's harness), seeds 500 memories, then drives
-searches (or single writes) from a separate process while `py-spy record` samples the worker at 200 Hz. Prints the
-share of samples (inclusive) of the frames that matter most: each line is "share, function
-(file)". Needs `py-spy` (`pip install py-spy`; root, or ptrace allowed).
-"""
+searches (or single writes) from a separate process while `py-spy record` samples the worker at
+200 Hz. Prints the share of samples (inclusive) of the frames that matter most: each line is
+"share, function (file)". Needs `py-spy` (`pip install py-spy`; root, or ptrace allowed)."""
 
 from __future__ import annotations
 
@@ -85,8 +84,13 @@ def main() -> None:
             target=run_level,
             args=(
                 Level(
-                    server.port, token, args.operation, args.concurrency, 10**6,
-                    args.seconds + 3, 1,
+                    server.port,
+                    token,
+                    args.operation,
+                    args.concurrency,
+                    10**6,
+                    args.seconds + 3,
+                    1,
                 ),
             ),
         )
