@@ -529,9 +529,7 @@ async def test_a_proposal_coming_back_stays_a_proposal_beside_the_live_fact(api:
     proposed = await _write(world, world.writer, value="Refund limit is 5000 EUR")
     assert proposed.status_code == 201, proposed.text
     proposal_id = proposed.json()["memory"]["id"]
-    twin = await _write(
-        world, world.reviewer, key="refunds.copy", value="Refund limit is 5000 EUR"
-    )
+    twin = await _write(world, world.reviewer, key="refunds.copy", value="Refund limit is 5000 EUR")
     assert twin.status_code == 201, twin.text
     twin_id = twin.json()["memory"]["id"]
     await revoke(api, world.reviewer, twin_id, "under audit")
