@@ -516,7 +516,8 @@ async def test_a_reinstated_fact_is_not_closed_by_a_pending_proposal(api: Api) -
     assert seen.json()["status"] == "live"
     assert seen.json()["superseded_by"] is None
     assert await _stored(api, proposal_id) == before
-    assert before["review_state"] == "proposed" and before["superseded_at"] is None
+    assert before["review_state"] == "proposed"
+    assert before["superseded_at"] is None
 
 
 async def test_a_proposal_coming_back_stays_a_proposal_beside_the_live_fact(api: Api) -> None:
@@ -540,8 +541,10 @@ async def test_a_proposal_coming_back_stays_a_proposal_beside_the_live_fact(api:
     back = await _stored(api, proposal_id)
     assert back["review_state"] == "proposed"
     assert back["revoked_at"] is None
-    assert back["superseded_at"] is None and back["superseded_by"] is None
+    assert back["superseded_at"] is None
+    assert back["superseded_by"] is None
     still = await api.http.get(
         f"/v1/memories/{live.json()['memory']['id']}", headers=world.reader.headers
     )
-    assert still.json()["status"] == "live" and still.json()["superseded_by"] is None
+    assert still.json()["status"] == "live"
+    assert still.json()["superseded_by"] is None

@@ -312,7 +312,9 @@ async def test_a_revoked_memory_can_be_deleted_without_reinstating(api: Api) -> 
     assert deleted.status_code == 204, deleted.text
 
     (row,) = await memory_rows(api.runtime, "id = :id", id=uuid.UUID(memory_id))
-    assert row["value"] == "" and bytes(row["content_hash"]) == b"" and row["embedding"] is None
+    assert row["value"] == ""
+    assert bytes(row["content_hash"]) == b""
+    assert row["embedding"] is None
     assert row["retracted_at"] is not None
     (copy,) = await memory_rows(api.runtime, "id = :id", id=uuid.UUID(copy_id))
     assert copy["value"] == POLICY  # a copy is not deleted with it; it stays hidden
