@@ -69,12 +69,18 @@ def test_rows_written_before_revocation_are_rehashed(pg_server: str) -> None:
         conn.execute("SELECT count(*) FROM memgate_revocation_hide(%s)", (revocation,))
         conn.commit()
     with psycopg.connect(url) as conn:
-        before = dict(conn.execute("SELECT id, revoked_at IS NOT NULL FROM memories").fetchall())
+        before: dict[uuid.UUID, bool] = dict(
+            conn.execute("SELECT id, revoked_at IS NOT NULL FROM memories").fetchall()
+        )
     assert before == {ids["a"]: True, ids["b"]: False}  # the escape the fix closes
     upgrade(url, AFTER)
     with psycopg.connect(url) as conn:
-        stored = dict(conn.execute("SELECT id, content_hash FROM memories").fetchall())
-        hidden = dict(conn.execute("SELECT id, revoked_at IS NOT NULL FROM memories").fetchall())
+        stored: dict[uuid.UUID, bytes] = dict(
+            conn.execute("SELECT id, content_hash FROM memories").fetchall()
+        )
+        hidden: dict[uuid.UUID, bool] = dict(
+            conn.execute("SELECT id, revoked_at IS NOT NULL FROM memories").fetchall()
+        )
         causes = conn.execute(
             "SELECT memory_id FROM memory_hidings WHERE revocation_id = %s ORDER BY memory_id",
             (revocation,),
