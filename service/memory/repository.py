@@ -1509,6 +1509,8 @@ async def search_fused_approximate(
 
 
 async def key_of(session: AsyncSession, scope: Visible, memory_id: uuid.UUID) -> KeyRef | None:
+    """The key of any version by id, a revoked (hidden) one too: DELETE reaches revoked rows
+    (retracting one takes its content out and reveals nothing; docs/revocation.md)."""
     row = (
         await session.execute(
             scope.select(
@@ -1518,7 +1520,7 @@ async def key_of(session: AsyncSession, scope: Visible, memory_id: uuid.UUID) ->
                 Memory.kind,
                 Memory.key,
                 Memory.read_requires,
-                liveness=Liveness.any_version(),
+                liveness=Liveness.including_revoked(),
             ).where(Memory.id == memory_id)
         )
     ).one_or_none()
@@ -1570,8 +1572,11 @@ async def retract(
     and the stub leaves every partial live index. Under `scope` (delete); row-level security
     lets a deleter without write make exactly this change (migration `stable_versions`).
     `expired_too`: an expired version is retracted as well (a job taking derived text down:
-    an expired row is out of reads now, but its text would come back with its expiry)."""
-    liveness = Liveness.any_version()
+    an expired row is out of reads now, but its text would come back with its expiry).
+    A revoked (hidden) version is retracted too: it stays hidden (`revoked_at` is kept, so a
+    reinstatement never brings a stub back as live) and its content leaves storage without
+    first being reinstated (docs/revocation.md, "Deleting a revoked memory")."""
+    liveness = Liveness.including_revoked()
     retracted = await session.scalars(
         scope.update(liveness=liveness.with_expired() if expired_too else liveness)
         .where(Memory.id == memory_id)
@@ -1600,9 +1605,10 @@ async def retract_derived_summaries(
     """Retract, with the deletion of `source_id`, every version (live, superseded, expired) of
     a consolidation summary built from it that `scope` (the deleter's delete predicate) may
     retract: each holds its text. Summaries the deleter may not retract (another audience)
-    are left to the job's next run, which retracts them (docs/jobs.md)."""
+    are left to the job's next run, which retracts them (docs/jobs.md). Hidden ones (the
+    revocation of their source hid them) are retracted too: they hold its text."""
     retracted = await session.scalars(
-        scope.update(liveness=Liveness.any_version().with_expired())
+        scope.update(liveness=Liveness.including_revoked().with_expired())
         .where(
             Memory.kind == SUMMARY_KIND,
             Memory.key.in_(RESERVED_KEYS),

@@ -27,6 +27,7 @@ from tests.integration.jobs.consolidation_support import (
     service_subject,
     summaries,
 )
+from tests.integration.memory.revocation_support import reinstate, revoke
 from tests.integration.memory.support import as_owner, assert_problem
 
 SUBJECT = "service:billing"
@@ -622,3 +623,73 @@ async def test_approving_a_proposal_a_revoke_in_flight_hides_is_404(api: Api) ->
         "/v1/memories", params={"key": "refunds.approval"}, headers=world.reader.headers
     )
     assert [item["etag"] for item in live.json()["items"]] == [etag]
+
+
+async def _stored(api: Api, memory_id: str) -> dict[str, Any]:
+    async with as_owner(api.runtime) as conn:
+        row = (
+            await conn.execute(
+                text(
+                    "SELECT value, review_state, superseded_at, superseded_by, revoked_at "
+                    "FROM memories WHERE id = :id"
+                ),
+                {"id": memory_id},
+            )
+        ).mappings()
+        return dict(row.one())
+
+
+async def test_a_reinstated_fact_is_not_closed_by_a_pending_proposal(api: Api) -> None:
+    """The lift leaves proposals out: reinstating a fact while a proposal waits on its key
+    brings the fact back live, and the proposal stays a proposal, untouched."""
+    world = await _reviewed(api)
+    await grant(api, world.space_id, f"user:{world.reviewer.principal_id}", "delete")
+    fact = await _write(world, world.reviewer, value="Refund limit is 300 EUR")
+    assert fact.status_code == 201, fact.text
+    fact_id = fact.json()["memory"]["id"]
+    await revoke(api, world.reviewer, fact_id, "under audit")
+    proposed = await _write(world, world.writer, value="Refund limit is 5000 EUR")
+    assert proposed.status_code == 201, proposed.text
+    assert proposed.json()["memory"]["status"] == "proposed"
+    proposal_id = proposed.json()["memory"]["id"]
+    before = await _stored(api, proposal_id)
+
+    await reinstate(api, world.reviewer, fact_id, "audit closed")
+
+    seen = await api.http.get(f"/v1/memories/{fact_id}", headers=world.reader.headers)
+    assert seen.status_code == 200, seen.text
+    assert seen.json()["status"] == "live"
+    assert seen.json()["superseded_by"] is None
+    assert await _stored(api, proposal_id) == before
+    assert before["review_state"] == "proposed"
+    assert before["superseded_at"] is None
+
+
+async def test_a_proposal_coming_back_stays_a_proposal_beside_the_live_fact(api: Api) -> None:
+    """The other direction: a proposal hidden as a copy of a revoked memory comes back as a
+    proposal; the live version of its key does not close it."""
+    world = await _reviewed(api)
+    await grant(api, world.space_id, f"user:{world.reviewer.principal_id}", "delete")
+    live = await _write(world, world.reviewer, value="Refund limit is 300 EUR")
+    assert live.status_code == 201, live.text
+    proposed = await _write(world, world.writer, value="Refund limit is 5000 EUR")
+    assert proposed.status_code == 201, proposed.text
+    proposal_id = proposed.json()["memory"]["id"]
+    twin = await _write(world, world.reviewer, key="refunds.copy", value="Refund limit is 5000 EUR")
+    assert twin.status_code == 201, twin.text
+    twin_id = twin.json()["memory"]["id"]
+    await revoke(api, world.reviewer, twin_id, "under audit")
+    assert (await _stored(api, proposal_id))["revoked_at"] is not None  # hidden as a copy
+
+    await reinstate(api, world.reviewer, twin_id, "audit closed")
+
+    back = await _stored(api, proposal_id)
+    assert back["review_state"] == "proposed"
+    assert back["revoked_at"] is None
+    assert back["superseded_at"] is None
+    assert back["superseded_by"] is None
+    still = await api.http.get(
+        f"/v1/memories/{live.json()['memory']['id']}", headers=world.reader.headers
+    )
+    assert still.json()["status"] == "live"
+    assert still.json()["superseded_by"] is None

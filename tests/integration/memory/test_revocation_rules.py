@@ -16,7 +16,7 @@ import pytest
 from service.revocation.repository import lock_name
 from tests.fixtures.api import Agent, Api
 from tests.integration.jobs.consolidation_support import team_space
-from tests.integration.memory.revocation_support import post, reinstate, revoke
+from tests.integration.memory.revocation_support import post, reinstate, revoke, surfaces
 from tests.integration.memory.support import (
     assert_problem,
     memory_rows,
@@ -378,3 +378,63 @@ async def test_a_revoked_text_the_writer_cannot_read_is_still_hidden_and_tells_o
     copy_id = stored.json()["memory"]["id"]
     assert await _get(api, bob, copy_id) == 404
     assert await _get(api, alice, copy_id) == 404
+
+
+async def test_a_revoked_memory_can_be_deleted_without_reinstating(api: Api) -> None:
+    """DELETE reaches a revoked row: its content leaves storage while it stays hidden, nothing
+    it hid comes back, and the revocation still stands (a re-write is born hidden). The
+    deleted memory cannot be reinstated any more (404: a stub holds nothing to bring back)."""
+    alice = await api.new_agent("alice")
+    memory_id = (await _write(api, alice))["memory"]["id"]
+    copy_id = (await _write(api, alice, key="refund.copy"))["memory"]["id"]
+    await revoke(api, alice, memory_id, "withdrawn by finance")
+
+    deleted = await api.http.delete(f"/v1/memories/{memory_id}", headers=alice.headers)
+    assert deleted.status_code == 204, deleted.text
+
+    (row,) = await memory_rows(api.runtime, "id = :id", id=uuid.UUID(memory_id))
+    assert row["value"] == ""
+    assert bytes(row["content_hash"]) == b""
+    assert row["embedding"] is None
+    assert row["retracted_at"] is not None
+    (copy,) = await memory_rows(api.runtime, "id = :id", id=uuid.UUID(copy_id))
+    assert copy["value"] == POLICY  # a copy is not deleted with it; it stays hidden
+    hidden = await scalar(
+        api.runtime,
+        "SELECT count(*) FROM memories WHERE id IN (:a, :b) AND revoked_at IS NOT NULL",
+        a=uuid.UUID(memory_id),
+        b=uuid.UUID(copy_id),
+    )
+    assert hidden == 2
+    seen = await surfaces(api, alice, "refunds second signature", [memory_id, copy_id])
+    assert seen == {name: set() for name in seen}
+    assert await _get(api, alice, memory_id) == 404
+    again = await post(
+        api,
+        alice,
+        "/v1/memories",
+        {
+            "subject": "policy:refunds",
+            "kind": "fact",
+            "key": "refund.again",
+            "value": POLICY,
+            "new_key": True,
+        },
+    )
+    assert again.status_code == 201, again.text
+    assert again.json()["memory"]["status"] == "hidden"
+
+    back = await api.http.post(
+        f"/v1/memories/{memory_id}/reinstate",
+        json={"reason": "audit closed"},
+        headers=alice.headers,
+    )
+    assert_problem(back, 404, "memory-not-found")
+    assert (
+        await scalar(
+            api.runtime,
+            "SELECT count(*) FROM memories WHERE id = :b AND revoked_at IS NULL",
+            b=uuid.UUID(copy_id),
+        )
+        == 0
+    )
