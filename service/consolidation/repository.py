@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -18,6 +18,7 @@ from sqlalchemy import (
     literal,
     not_,
     select,
+    true,
     tuple_,
 )
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
@@ -200,16 +201,20 @@ async def previous_summaries(
     *,
     read_requires: tuple[uuid.UUID, ...] | None,
     writer_id: uuid.UUID,
+    hidden: bool = False,
 ) -> list[Previous]:
     """The live summaries under `key` of `subject` in `space_id` the job can read (for a
     per-scope group, only the one with its audience); only those `writer_id` (the job
-    principal) wrote carry their fingerprint."""
+    principal) wrote carry their fingerprint. `hidden`: instead the current ones a revocation
+    hides (a summary stored hidden is not written again by every run while it stands)."""
+    liveness = replace(Liveness.live(), revoked=True) if hidden else Liveness.live()
     statement = scope.select(
-        Memory.id, Memory.read_requires, Memory.metadata_, Memory.writer_id
+        Memory.id, Memory.read_requires, Memory.metadata_, Memory.writer_id, liveness=liveness
     ).where(
         Memory.space_id == space_id,
         Memory.subject == subject,
         _is_output(key),
+        Memory.revoked_at.is_not(None) if hidden else true(),
     )
     if read_requires is not None:
         statement = statement.where(Memory.read_requires == _uuids(read_requires))

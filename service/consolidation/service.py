@@ -40,6 +40,7 @@ from service.policy.visible import (
     visible,
     write_targets,
 )
+from service.revocation import repository as revocations
 from service.tenants.settings import tenant_limits
 
 COUNTS = ("subjects_seen", "summaries_written", "unchanged", "retracted", "inputs_excluded")
@@ -381,7 +382,15 @@ class Consolidation:
     async def _write(self, plan: Plan) -> None:
         item = plan.item
         ref = self._ref(item, plan.audience)
-        now = await memories.lock_key(self._session, ref)
+        now = await memories.lock_keys(
+            self._session,
+            [ref],
+            # Shared with other writers, exclusive for a revoke (as a REST write takes it,
+            # service/memory/service.py `_locked_and_checked`): a revoke that commits after
+            # the re-check below waits for this summary and then hides it by its
+            # derived_from; one that committed before is seen by the re-check.
+            shared=[revocations.lock_name(self._principal.tenant_id)],
+        )
         if await self._written_meanwhile(plan):
             # Another run wrote this very summary since this batch read (it held the lock
             # first): nothing to add.
@@ -391,6 +400,10 @@ class Consolidation:
             # An input changed since it was read: this summary would not be of what is there
             # now. The next run builds the right one.
             self._counts["changed_meanwhile"] = self._counts.get("changed_meanwhile", 0) + 1
+            return
+        causes = await self._revoked_causes(plan)
+        if causes:
+            await self._write_hidden(plan, now, causes)
             return
         new_id = uuid7()
         made = await memories.supersede(
@@ -405,6 +418,48 @@ class Consolidation:
         await memories.insert(self._session, visible(self._principal, Action.WRITE), row)
         self._counts["summaries_written"] += 1
         self._batch.call.facts.add_targets([new_id, *made.superseded])
+
+    async def _revoked_causes(self, plan: Plan) -> set[uuid.UUID]:
+        """The standing revocations that cover the summary: its value, normalized, equals a
+        memory revoked in its space, or an input is hidden. Asked under the revocation lock,
+        in a statement of its own (its snapshot begins after the lock)."""
+        space_id, digest = plan.item.space_id, content_hash(plan.value)
+        sources = [row.id for row in plan.inputs]
+        found = await revocations.causes_of(
+            self._session, self._principal.tenant_id, [(space_id, digest)], sources
+        )
+        content, derived = found.of(space_id, digest, sources)
+        return content | derived
+
+    async def _write_hidden(self, plan: Plan, now: datetime, causes: set[uuid.UUID]) -> None:
+        """A summary a revocation covers is stored hidden, as a REST write of it would be:
+        outside its key's chain (it closes nothing; the live summary, if any, stays until a
+        run builds one of what is left), reaching no reader unless the revocation is lifted.
+        Once: while it stands, later runs find it and write nothing."""
+        if await self._hidden_already(plan):
+            self._counts["unchanged"] += 1
+            return
+        new_id = uuid7()
+        row = self._row(plan, new_id, now, None)
+        row.revoked_at = now
+        await memories.insert(self._session, visible(self._principal, Action.WRITE), row)
+        await revocations.note_hidden(self._session, self._principal.tenant_id, {new_id: causes})
+        self._counts["summaries_hidden"] = self._counts.get("summaries_hidden", 0) + 1
+        self._batch.call.facts.add_targets([new_id])
+
+    async def _hidden_already(self, plan: Plan) -> bool:
+        item = plan.item
+        hidden = await repository.previous_summaries(
+            self._session,
+            visible(self._principal, Action.READ),
+            item.space_id,
+            item.subject,
+            item.key,
+            read_requires=tuple(plan.audience),
+            writer_id=self._principal.principal_id,
+            hidden=True,
+        )
+        return any(p.fingerprint == plan.fingerprint for p in hidden)
 
     async def _written_meanwhile(self, plan: Plan) -> bool:
         item = plan.item

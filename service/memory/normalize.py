@@ -1,7 +1,9 @@
 """The one normalization of memory text: what "the same claim" means for revocation (promise 7).
 
-`normalized(text)`: NFKC, case fold (`str.casefold`), every default-ignorable code point
-removed, white space collapsed to one space, stripped. Symbols stay (`>` `<` `%` `#`, a leading
+`normalized(text)`: NFKC, case fold (`str.casefold`), every default-ignorable code point and
+every other format control (category Cf) or blank-rendering symbol removed, the braille blank
+read as a space, white space collapsed to one space, punctuation trimmed from both ends except
+the symbols that carry meaning. Symbols stay (`>` `<` `%` `#` `+` `=` `!` `?`, a leading
 minus): "> 10000" and "< 10000" are opposite claims, "-5" and "5" different numbers.
 `content_hash(text)` is its SHA-256: what a revocation looks a re-written claim up by.
 `quotes(reason, value)`: does `reason` repeat a run of `QUOTE_RUN` consecutive tokens of
@@ -39,12 +41,36 @@ DEFAULT_IGNORABLE: tuple[tuple[int, int], ...] = (
     (0xE0000, 0xE0FFF),  # TAGS, VARIATION SELECTOR-17..256, reserved
 )
 
-_IGNORABLE = re.compile(
-    "["
-    + "".join(f"{re.escape(chr(lo))}-{re.escape(chr(hi))}" for lo, hi in DEFAULT_IGNORABLE)
-    + "]"
+INVISIBLE_OTHER: tuple[tuple[int, int], ...] = (
+    # Format controls (category Cf, Unicode 16.0) that are not Default_Ignorable, and symbols
+    # that render as nothing: each spells a text that looks the same and would hash apart.
+    # Listed, not asked of `unicodedata` per call, so the hash does not move with Python's
+    # Unicode version.
+    (0x0600, 0x0605),  # ARABIC NUMBER SIGN .. ARABIC NUMBER MARK ABOVE (prepended marks)
+    (0x06DD, 0x06DD),  # ARABIC END OF AYAH
+    (0x070F, 0x070F),  # SYRIAC ABBREVIATION MARK
+    (0x0890, 0x0891),  # ARABIC POUND/PIASTRE MARK ABOVE
+    (0x08E2, 0x08E2),  # ARABIC DISPUTED END OF AYAH
+    (0xFFF9, 0xFFFB),  # INTERLINEAR ANNOTATION ANCHOR, SEPARATOR, TERMINATOR
+    (0x110BD, 0x110BD),  # KAITHI NUMBER SIGN
+    (0x110CD, 0x110CD),  # KAITHI NUMBER SIGN ABOVE
+    (0x13430, 0x1343F),  # EGYPTIAN HIEROGLYPH format controls (joiners, insertions, ...)
+    (0x1D159, 0x1D159),  # MUSICAL SYMBOL NULL NOTEHEAD (So, renders as nothing)
 )
-_TOKEN = re.compile(r"\w+")
+BLANKS = "\u2800"
+"""Read as a space: BRAILLE PATTERN BLANK renders as one but is a symbol (So), not white space."""
+KEPT_AT_ENDS = frozenset("-+=!?%#<>")
+"""Punctuation that carries meaning at a text's ends (a sign, a question, a percentage); other
+punctuation (a final `.`, quotes, brackets, `:` `;` `,` `…`) is trimmed from both ends."""
+
+
+def _ranges(ranges: tuple[tuple[int, int], ...]) -> str:
+    return "".join(f"{re.escape(chr(lo))}-{re.escape(chr(hi))}" for lo, hi in ranges)
+
+
+_IGNORABLE = re.compile("[" + _ranges(DEFAULT_IGNORABLE) + _ranges(INVISIBLE_OTHER) + "]")
+_BLANK = re.compile("[" + BLANKS + "]")
+_TOKEN = re.compile(r"[^\W_]+")
 QUOTE_RUN = 3
 """Consecutive tokens of a memory's value that a revocation reason may not repeat."""
 
@@ -54,11 +80,29 @@ def is_default_ignorable(code_point: int) -> bool:
 
 
 def normalized(text: str) -> str:
-    """NFKC, case fold, default-ignorables out, white space collapsed, stripped. NFKC runs again
-    after the fold and the removal: both can leave a sequence that composes further."""
+    """NFKC, case fold, invisibles out, blanks as spaces, white space collapsed, ends trimmed.
+    NFKC runs again after the fold and the removal: both can leave a sequence that composes
+    further."""
     folded = unicodedata.normalize("NFKC", text).casefold()
-    visible = _IGNORABLE.sub("", folded)
-    return " ".join(unicodedata.normalize("NFKC", visible).split())
+    visible = _BLANK.sub(" ", _IGNORABLE.sub("", folded))
+    return _trimmed(" ".join(unicodedata.normalize("NFKC", visible).split()))
+
+
+def _trimmed(text: str) -> str:
+    """`text` without punctuation (category P*) or spaces at either end, but for the symbols
+    in KEPT_AT_ENDS: "Deploy on Friday." is the claim "deploy on friday"; "-5" stays "-5"."""
+    start, end = 0, len(text)
+    while start < end and _trimmable(text[start]):
+        start += 1
+    while end > start and _trimmable(text[end - 1]):
+        end -= 1
+    return text[start:end]
+
+
+def _trimmable(char: str) -> bool:
+    if char == " ":
+        return True
+    return char not in KEPT_AT_ENDS and unicodedata.category(char).startswith("P")
 
 
 def content_hash(text: str) -> bytes:
@@ -67,15 +111,18 @@ def content_hash(text: str) -> bytes:
 
 
 def tokens(text: str) -> list[str]:
-    """The word tokens of `normalized(text)` (runs of letters, digits and underscores)."""
+    """The word tokens of `normalized(text)`: runs of letters and digits. `_` separates tokens,
+    so a reason cannot join the content's words with underscores and pass the quote check."""
     return _TOKEN.findall(normalized(text))
 
 
 def quotes(reason: str, value: str, run: int = QUOTE_RUN) -> bool:
-    """Does `reason` hold `run` consecutive tokens of `value`, in order (normalized)?"""
+    """Does `reason` hold `run` consecutive tokens of `value`, in order (normalized)? A value
+    of fewer than `run` tokens is quoted when the reason holds all of them, in order."""
     source = tokens(value)
-    if len(source) < run:
+    if not source:
         return False
+    run = min(run, len(source))
     quoted = {tuple(source[i : i + run]) for i in range(len(source) - run + 1)}
     said = tokens(reason)
     return any(tuple(said[i : i + run]) in quoted for i in range(len(said) - run + 1))

@@ -8,9 +8,10 @@ from service.problems import Problem
 class ReasonQuotesContent(
     Problem, slug="reason-quotes-content", status=422, title="Reason quotes the content"
 ):
-    """The reason repeats a run of 3 or more consecutive words of the memory's value
-    (normalized). A reason is kept with the revocation and shown to those who manage it, so it
-    may not carry the content it takes down: say why, not what. Nothing changed."""
+    """The reason repeats a run of 3 or more consecutive words of the memory's value, or all
+    the words of a shorter value (normalized; `_` separates words). A reason is kept with the
+    revocation and shown to those who manage it, so it may not carry the content it takes
+    down: say why, not what. Nothing changed."""
 
 
 class MemoryAlreadyHidden(

@@ -16,7 +16,8 @@ Reason = Annotated[
         min_length=1,
         max_length=1000,
         description="Why (kept with the revocation, never in the audit log). It may not "
-        "quote the memory: 3 or more consecutive words of its value are refused (422).",
+        "quote the memory: 3 or more consecutive words of its value (all of a shorter "
+        "value) are refused (422).",
     ),
 ]
 

@@ -155,7 +155,8 @@ class RevocationService:
 def _refuse_quoting(reason: str, value: str) -> None:
     if quotes(reason, value):
         raise ReasonQuotesContent(
-            f"The reason repeats {QUOTE_RUN} or more consecutive words of the memory's value. "
+            f"The reason repeats {QUOTE_RUN} or more consecutive words of the memory's value "
+            "(or all the words of a shorter one). "
             "It is kept with the revocation and shown to those who manage it, so it may not "
             "carry the content: say why, not what (e.g. 'superseded by policy 2026-11'). "
             "Nothing changed.",

@@ -72,6 +72,7 @@ async def test_a_reason_that_quotes_the_content_is_refused_and_changes_nothing(a
         "no longer true: above 200 EUR",
         "the rule 'REFUNDS  above\u200b 200' is gone",
         "need a second signature? not anymore",
+        "old rule: refunds_above_200_EUR_need_a_second_signature",
     ):
         refused = await post(api, alice, f"/v1/memories/{memory['id']}/revoke", {"reason": reason})
         problem = assert_problem(refused, 422, "reason-quotes-content")
@@ -81,6 +82,18 @@ async def test_a_reason_that_quotes_the_content_is_refused_and_changes_nothing(a
     # Two words in a row are not a quote.
     await revoke(api, alice, memory["id"], "refunds changed: see finance wiki, 200 is old")
     assert await _get(api, alice, memory["id"]) == 404
+
+
+async def test_a_reason_that_quotes_a_short_value_whole_is_refused(api: Api) -> None:
+    alice = await api.new_agent("alice")
+    memory = (await _write(api, alice, key="refund.approver", value="Ask Mallory."))["memory"]
+    refused = await post(
+        api, alice, f"/v1/memories/{memory['id']}/revoke", {"reason": "wrong: ask_mallory"}
+    )
+    problem = assert_problem(refused, 422, "reason-quotes-content")
+    assert "shorter" in problem["detail"]
+    assert await scalar(api.runtime, "SELECT count(*) FROM revocations") == 0
+    await revoke(api, alice, memory["id"], "the approver changed, see the finance wiki")
 
 
 async def test_audit_rows_name_ids_and_never_the_reason(api: Api) -> None:

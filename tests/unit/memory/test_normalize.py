@@ -42,8 +42,27 @@ CASES = [
     ("word\u2060joiner", "wordjoiner", "wordjoiner", True),
     ("bidi\u202eoverride", "bidioverride", "bidioverride", True),
     ("byte order\ufeff mark", "byte order mark", "byte order mark", True),
+    (
+        "interlinear\ufff9 anno\ufffatation\ufffb",
+        "interlinear annotation",
+        "interlinear annotation",
+        True,
+    ),
+    ("egyp\U00013430tian format", "egyptian format", "egyptian format", True),
+    ("null\U0001d159notehead", "nullnotehead", "nullnotehead", True),
+    ("braille\u2800blank", "braille blank", "braille blank", True),
+    ("Deploy on Friday.", "deploy on friday", "deploy on friday", True),
+    ("\u201cdeploy on friday\u201d \u2026", "deploy on friday", "deploy on friday", True),
+    ("(deploy on friday);", "deploy on friday", "deploy on friday", True),
+    ("3.14 is pi", "3.14 is pi", "314 is pi", False),
     ("> 10000", "> 10000", "< 10000", False),
+    ("limit: > 10000.", "limit: > 10000", "limit: < 10000", False),
     ("-5 degrees", "-5 degrees", "5 degrees", False),
+    ("the change is -5", "the change is -5", "the change is 5", False),
+    ("+5 degrees", "+5 degrees", "5 degrees", False),
+    ("deploy on friday?", "deploy on friday?", "deploy on friday", False),
+    ("deploy on friday!", "deploy on friday!", "deploy on friday", False),
+    ("discount 50%.", "discount 50%", "discount 50", False),
     ("50% off", "50% off", "50 off", False),
     ("#1 priority", "#1 priority", "1 priority", False),
     ("deploy on friday", "deploy on friday", "deploy on monday", False),
@@ -75,3 +94,23 @@ def test_a_reason_quotes_three_consecutive_tokens() -> None:
     assert not quotes("above 5000: replaced by the new policy", value)
     assert not quotes("approval need manager", value)  # not in order
     assert not quotes("anything at all", "two words")
+
+
+def test_underscores_split_tokens() -> None:
+    value = "Refunds above 200 EUR need a second signature"
+    assert quotes("old rule: refunds_above_200_EUR_need_a_second_signature", value)
+    assert not quotes("snake_case words", value)
+
+
+def test_a_short_value_quoted_whole_is_quoted() -> None:
+    assert quotes("it said two words, now gone", "Two words.")
+    assert quotes("it said yes", "YES")
+    assert not quotes("it said two, now gone", "two words")
+    assert not quotes("words two", "two words")  # not in order
+    assert not quotes("anything", "...")  # no tokens: nothing to quote
+
+
+def test_punctuation_kept_at_the_ends() -> None:
+    for symbol in "-+=!?%#<>":
+        assert normalized(f"{symbol}x{symbol}") == f"{symbol}x{symbol}", symbol
+    assert normalized(" . , ; : \"'()[]{} ") == ""
