@@ -270,3 +270,18 @@ async def note_hidden(
     ]
     if values:
         await session.execute(insert(MemoryHiding), values)
+
+
+async def readable_among(
+    session: AsyncSession, scope: Visible, memory_ids: Sequence[uuid.UUID]
+) -> int:
+    """How many of `memory_ids` the caller of `scope` reads, revoked ones included: what a
+    revoke's or reinstate's answer may count without telling about rows it cannot read."""
+    if not memory_ids:
+        return 0
+    counted = await session.scalar(
+        scope.select(func.count(), liveness=Liveness.including_revoked()).where(
+            Memory.id == any_(bindparam("counted_ids", list(memory_ids), ARRAY(UUID)))
+        )
+    )
+    return int(counted or 0)

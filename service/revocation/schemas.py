@@ -40,9 +40,10 @@ class Revoked(msgspec.Struct, kw_only=True):
     revoked_at: datetime
     revoked_by: uuid.UUID
     hidden: int
-    """Memories hidden by this revocation now (the memory, its content-equal copies in its
-    space, and every memory derived from one of them, in any space); rows hidden already by
-    another revocation count too (they now stay hidden until both are lifted)."""
+    """Memories hidden by this revocation now that you can read (the memory, its content-equal
+    copies in its space, and every memory derived from one of them, in any space); rows hidden
+    already by another revocation count too (they now stay hidden until both are lifted). Rows
+    you cannot read are hidden as well but never counted here."""
 
 
 class Reinstated(msgspec.Struct, kw_only=True):
@@ -52,4 +53,5 @@ class Reinstated(msgspec.Struct, kw_only=True):
     reinstated_at: datetime
     reinstated_by: uuid.UUID
     restored: int
-    """Memories visible again: those this revocation alone hid."""
+    """Memories visible again that you can read: those this revocation alone hid (rows you
+    cannot read come back too, uncounted)."""

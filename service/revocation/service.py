@@ -12,6 +12,7 @@ until both are lifted. docs/revocation.md.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -87,7 +88,7 @@ class RevocationService:
             memory_id=found.id,
             revoked_at=revoked_at,
             revoked_by=principal.principal_id,
-            hidden=len(hidden),
+            hidden=await self._readable(principal, hidden),
         )
 
     async def reinstate(
@@ -134,7 +135,14 @@ class RevocationService:
             revoked_at=standing.revoked_at,
             reinstated_at=reinstated_at,
             reinstated_by=principal.principal_id,
-            restored=len(back),
+            restored=await self._readable(principal, back),
+        )
+
+    async def _readable(self, principal: Principal, memory_ids: Sequence[uuid.UUID]) -> int:
+        """The answer counts only rows the caller reads (red-team finding 5): a derived row in
+        a space it cannot read must not show as one more in the count."""
+        return await repository.readable_among(
+            self._session, visible(principal, Action.READ), memory_ids
         )
 
     async def _target(self, scope: Visible, memory_id: uuid.UUID) -> repository.Target:
