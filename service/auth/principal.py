@@ -50,6 +50,9 @@ class Principal:
     """The tenant's registration of the IdP the token came from (`tenant_issuers`), if any."""
     tenant_settings: TenantSettings = DEFAULT
     """The caller's tenant's settings, read in the entrance statement."""
+    agent: bool = False
+    """The principal is of kind agent, as the entrance statement read it (agents never review,
+    service/policy/visible.py `may_review`)."""
     within: GrantSnapshot | None = None
     """A job principal's grants at enqueue (service/jobs/): its grants count only inside them
     (`Visible` intersects). None for every caller with a token: the grants now."""

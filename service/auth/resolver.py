@@ -13,7 +13,7 @@ import uuid
 from dataclasses import dataclass, replace
 from typing import Any
 
-from sqlalchemy import Select, Text, bindparam, cast, exists, select
+from sqlalchemy import Select, Text, bindparam, case, cast, exists, select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
 from sqlalchemy.sql.selectable import ScalarSelect
@@ -56,6 +56,8 @@ class _Holder:
     principal_id: uuid.UUID
     may_hold_admin_scopes: bool
     tenant_settings: object = None
+    agent: bool = False
+    """The principal is of kind agent (it never reviews: service/policy/visible.py)."""
 
 
 Claimed = tuple[uuid.UUID, uuid.UUID | None, uuid.UUID | None]
@@ -103,6 +105,7 @@ def _principal(token: VerifiedToken, holder: _Holder) -> Principal:
         embedded=token.issuer.embedded,
         issuer_id=token.issuer.issuer_id,
         tenant_settings=stored(holder.tenant_settings),
+        agent=holder.agent,
     )
 
 
@@ -217,9 +220,9 @@ async def _embedded_principal(session: AsyncSession, token: VerifiedToken) -> _H
     return _embedded_holder(token, await session.scalar(statement))
 
 
-def _embedded_live(token: VerifiedToken) -> Select[bool] | None:
-    """Our own token's principal and client, both enabled, the client the principal's:
-    whether it may hold admin scopes (a user or service with an admin client), else no row."""
+def _embedded_live(token: VerifiedToken) -> Select[str] | None:
+    """Our own token's principal and client, both enabled, the client the principal's: what
+    the principal may do (`_embedded_holder` reads it), else no row."""
     try:
         subject = uuid.UUID(token.subject)
         client_id = uuid.UUID(token.client_id)
@@ -228,9 +231,19 @@ def _embedded_live(token: VerifiedToken) -> Select[bool] | None:
     return _embedded_live_of(token.tenant_id, subject, client_id)
 
 
-def _embedded_live_of(tenant_id: Any, principal_id: Any, client_id: Any) -> Select[bool]:
+_AGENT_HOLDER, _ADMIN_HOLDER = "agent", "admin"
+"""What `_embedded_live_of` answers besides "plain": an agent principal (never admin scopes,
+never a reviewer), or a user or service with an admin client (may hold admin scopes)."""
+
+
+def _embedded_live_of(tenant_id: Any, principal_id: Any, client_id: Any) -> Select[str]:
+    standing = case(
+        (PrincipalRow.kind == "agent", _AGENT_HOLDER),
+        (Client.kind == "admin", _ADMIN_HOLDER),
+        else_="plain",
+    )
     return (
-        select((PrincipalRow.kind != "agent") & (Client.kind == "admin"))
+        select(standing)
         .join(
             Client,
             (Client.tenant_id == PrincipalRow.tenant_id) & (Client.principal_id == PrincipalRow.id),
@@ -252,10 +265,13 @@ EMBEDDED_LIVE = _embedded_live_of(
 same, only its bound values differ, so it is neither rebuilt nor re-keyed per request."""
 
 
-def _embedded_holder(token: VerifiedToken, may_hold_admin: object) -> _Holder | None:
-    if may_hold_admin is None:
+def _embedded_holder(token: VerifiedToken, standing: object) -> _Holder | None:
+    """`standing`: what `_embedded_live_of` answered (None: refused)."""
+    if standing is None:
         return None
-    return _Holder(uuid.UUID(token.subject), bool(may_hold_admin))
+    return _Holder(
+        uuid.UUID(token.subject), standing == _ADMIN_HOLDER, agent=standing == _AGENT_HOLDER
+    )
 
 
 @dataclass(frozen=True)
@@ -339,7 +355,12 @@ async def _external_principal(session: AsyncSession, token: VerifiedToken) -> _H
     if found is None:
         return None
     principal_id, principal_kind, admin_approved, settings = found
-    return _Holder(principal_id, principal_kind != "agent" and bool(admin_approved), settings)
+    return _Holder(
+        principal_id,
+        principal_kind != "agent" and bool(admin_approved),
+        settings,
+        agent=principal_kind == "agent",
+    )
 
 
 async def admin_credentials_live(session: AsyncSession, caller: Principal) -> bool:

@@ -54,7 +54,6 @@ from sqlalchemy.orm.util import AliasedClass
 from service.auth.principal import GrantSnapshot, Principal
 from service.auth.scopes import Scope
 from service.db.models import Memory, Space, SpaceGrant
-from service.db.models import Principal as PrincipalRow
 from service.observability.telemetry import span
 from service.policy.space_settings import DEFAULT as DEFAULT_SPACE_SETTINGS
 from service.policy.space_settings import SpaceSettings
@@ -400,7 +399,7 @@ def _granted_spaces(principal: Principal, action: Action) -> Select[uuid.UUID]:
         SpaceGrant.action == action.value,
     )
     if action is Action.REVIEW:
-        granted = granted.where(*_may_review(principal, ids))
+        granted = granted.where(_may_review(principal))
     if principal.within is not None:
         # A job run: the grants now, inside those held at enqueue. `read_requires` is tested
         # against the read set built here, so a row needing a space outside the snapshot is
@@ -425,32 +424,23 @@ def _granted_spaces(principal: Principal, action: Action) -> Select[uuid.UUID]:
 
 def may_review(principal: Principal) -> bool:
     """Whether this call may exercise a `review` grant at all: its token carries
-    `review:memory`, and it is no agent acting for a user (a delegated token), nor a job run.
-    Agents never review: a delegated agent's writes into a reviewed space stay proposals,
-    whatever the user it acts for may do."""
+    `review:memory`, its principal is no agent (the entrance read its kind), and it is no
+    agent acting for a user (a delegated token), nor a job run. Agents never review: a
+    delegated agent's writes into a reviewed space stay proposals, whatever the user it acts
+    for may do."""
     return (
         principal.has_scope(Scope.REVIEW_MEMORY)
+        and not principal.agent
         and principal.actor_id is None
         and principal.within is None
     )
 
 
-def _may_review(
-    principal: Principal, ids: dict[str, ColumnElement[uuid.UUID]]
-) -> list[ColumnElement[bool]]:
-    """The review grant counts only for a call `may_review` lets (a named parameter, so the
-    statement's shape does not depend on it), and never for a principal of kind agent."""
-    allowed = bindparam("visible_may_review", may_review(principal), type_=Boolean)
-    not_an_agent = (
-        sa_select(PrincipalRow.id)
-        .where(
-            PrincipalRow.tenant_id == ids["tenant"],
-            PrincipalRow.id == ids["principal"],
-            PrincipalRow.kind != "agent",
-        )
-        .exists()
-    )
-    return [allowed, not_an_agent]
+def _may_review(principal: Principal) -> ColumnElement[bool]:
+    """The review grant counts only for a call `may_review` lets: a named parameter, so the
+    statement's shape does not depend on it (and PostgreSQL, planning with the value, drops
+    the review grants' subquery for every other caller)."""
+    return bindparam("visible_may_review", may_review(principal), type_=Boolean)
 
 
 def _bound_ids(principal: Principal, action: Action) -> dict[str, ColumnElement[uuid.UUID]]:
