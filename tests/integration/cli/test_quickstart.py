@@ -110,7 +110,8 @@ def test_the_quickstart_runs_as_written(server: Server) -> None:
     tools, remembered, *recalled = printed
     assert tools == (
         "tools: remember, remember_many, recall, get_memory, memory_history, revert_memory, "
-        "list_memories, count_memories, forget, revoke, reinstate, request_consolidation"
+        "list_memories, count_memories, forget, list_proposals, approve, reject, revoke, "
+        "reinstate, request_consolidation"
     )
     assert remembered.startswith("remembered deploy.freeze version 1 ")
     mcp_memory = remembered.rsplit(" ", 1)[1]
