@@ -391,7 +391,7 @@ class Consolidation:
             # derived_from; one that committed before is seen by the re-check.
             shared=[revocations.lock_name(self._principal.tenant_id)],
         )
-        if await self._written_meanwhile(plan):
+        if await self._summary_stored(plan):
             # Another run wrote this very summary since this batch read (it held the lock
             # first): nothing to add.
             self._counts["unchanged"] += 1
@@ -436,7 +436,7 @@ class Consolidation:
         outside its key's chain (it closes nothing; the live summary, if any, stays until a
         run builds one of what is left), reaching no reader unless the revocation is lifted.
         Once: while it stands, later runs find it and write nothing."""
-        if await self._hidden_already(plan):
+        if await self._summary_stored(plan, hidden=True):
             self._counts["unchanged"] += 1
             return
         new_id = uuid7()
@@ -447,9 +447,11 @@ class Consolidation:
         self._counts["summaries_hidden"] = self._counts.get("summaries_hidden", 0) + 1
         self._batch.call.facts.add_targets([new_id])
 
-    async def _hidden_already(self, plan: Plan) -> bool:
+    async def _summary_stored(self, plan: Plan, *, hidden: bool = False) -> bool:
+        """A summary of `plan`'s inputs (same fingerprint) is stored already: a live one
+        written meanwhile, or (`hidden`) one a revocation hides, which is not written again."""
         item = plan.item
-        hidden = await repository.previous_summaries(
+        stored = await repository.previous_summaries(
             self._session,
             visible(self._principal, Action.READ),
             item.space_id,
@@ -457,22 +459,9 @@ class Consolidation:
             item.key,
             read_requires=tuple(plan.audience),
             writer_id=self._principal.principal_id,
-            hidden=True,
+            hidden=hidden,
         )
-        return any(p.fingerprint == plan.fingerprint for p in hidden)
-
-    async def _written_meanwhile(self, plan: Plan) -> bool:
-        item = plan.item
-        now_there = await repository.previous_summaries(
-            self._session,
-            visible(self._principal, Action.READ),
-            item.space_id,
-            item.subject,
-            item.key,
-            read_requires=tuple(plan.audience),
-            writer_id=self._principal.principal_id,
-        )
-        return any(p.fingerprint == plan.fingerprint for p in now_there)
+        return any(p.fingerprint == plan.fingerprint for p in stored)
 
     async def _still_the_same(self, plan: Plan) -> bool:
         again = await repository.inputs_of(

@@ -268,6 +268,14 @@ class KeyRef:
     key: str
     read_requires: tuple[uuid.UUID, ...] = ()
 
+    @classmethod
+    def of(cls, row: Any) -> KeyRef:
+        """The key of a stored version (anything with the memory's key columns)."""
+        return cls(
+            row.tenant_id, row.space_id, row.subject, row.kind, row.key,
+            tuple(sorted(row.read_requires)),
+        )  # fmt: skip
+
     def conditions(self) -> list[ColumnElement[bool]]:
         return [*self.subject_conditions(), Memory.key == self.key]
 
@@ -1524,10 +1532,7 @@ async def key_of(session: AsyncSession, scope: Visible, memory_id: uuid.UUID) ->
             ).where(Memory.id == memory_id)
         )
     ).one_or_none()
-    if row is None:
-        return None
-    tenant_id, space_id, subject, kind, key, read_requires = row
-    return KeyRef(tenant_id, space_id, subject, kind, key, tuple(sorted(read_requires)))
+    return None if row is None else KeyRef.of(row)
 
 
 async def live_versions(

@@ -105,18 +105,9 @@ class ReviewService:
         and the proposal numbered after the key's newest version, recorded now. `if_match`:
         only while the key's live version is the one named (the one the proposal supersedes),
         checked under the key lock: a version written since the reviewer read the key is 412."""
-        row = await self._proposal(principal, memory_id)
-        ref = KeyRef(
-            principal.tenant_id,
-            row.space_id,
-            row.subject,
-            row.kind,
-            row.key,
-            tuple(row.read_requires),
-        )
+        ref = KeyRef.of(await self._proposal(principal, memory_id))
         now = await _lock_decision(self._session, principal, ref)
-        # Under the key lock, once more: a concurrent decision (or revoke) may have come first.
-        row = await self._proposal(principal, memory_id)
+        row = await self._still_proposed(principal, memory_id)
         writer = visible(principal, Action.WRITE)
         if if_match is not None:
             live = await repository.live_versions(self._session, writer, [ref])
@@ -149,20 +140,9 @@ class ReviewService:
         """The proposal becomes a tombstone (closed, out of every read), and the hash of its
         normalized text refuses the same proposal into the space again. `if_match`: only while
         it names the proposal itself (`"<id>.0"`), checked under the key lock."""
-        row = await self._proposal(principal, memory_id)
-        now = await _lock_decision(
-            self._session,
-            principal,
-            KeyRef(
-                principal.tenant_id,
-                row.space_id,
-                row.subject,
-                row.kind,
-                row.key,
-                tuple(row.read_requires),
-            ),
-        )
-        row = await self._proposal(principal, memory_id)
+        ref = KeyRef.of(await self._proposal(principal, memory_id))
+        now = await _lock_decision(self._session, principal, ref)
+        row = await self._still_proposed(principal, memory_id)
         check_memory(if_match, Version(row.id, row.version))
         decided = {"reviewed_by": principal.principal_id, "reviewed_at": now}
         await self._session.execute(
@@ -194,12 +174,26 @@ class ReviewService:
             raise MemoryNotFound(not_found_detail(memory_id))
         targets = await write_targets(self._session, principal)
         _require_reviewer(targets, found.space_id)
-        if found.review_state != PROPOSED:
-            raise NotAProposal(
-                f"Memory {memory_id} is not waiting for review (it is an ordinary memory, or "
-                "was decided already). Nothing changed."
-            )
-        return found
+        return _pending(found)
+
+    async def _still_proposed(self, principal: Principal, memory_id: uuid.UUID) -> Memory:
+        """`_proposal` read again under the decision's locks (the caller's reviewer grants
+        were checked before them): a concurrent decision or revoke may have come first, 404
+        or 409 then."""
+        found = await _one(self._session, visible(principal, Action.READ), memory_id)
+        if found is None:
+            raise MemoryNotFound(not_found_detail(memory_id))
+        return _pending(found)
+
+
+def _pending(found: Memory) -> Memory:
+    """`found`, if it waits for review (409 otherwise)."""
+    if found.review_state != PROPOSED:
+        raise NotAProposal(
+            f"Memory {found.id} is not waiting for review (it is an ordinary memory, or "
+            "was decided already). Nothing changed."
+        )
+    return found
 
 
 async def _lock_decision(session: AsyncSession, principal: Principal, ref: KeyRef) -> datetime:

@@ -530,17 +530,16 @@ class MemoryService:
         Each with the revocations that hide it (its causes) and what its answer says. Asked
         under the tenant's revocation lock (shared, taken with the key locks), in a statement
         of its own: its snapshot is taken after the lock, so a revoke is never half seen."""
+        hashes = [content_hash(one.data.value) for one in planned]
         causes = await revocations.causes_of(
             self._session,
             principal.tenant_id,
-            [(one.ref.space_id, content_hash(one.data.value)) for one in planned],
+            [(one.ref.space_id, hashed) for one, hashed in zip(planned, hashes, strict=True)],
             [source for one in planned for source in one.derived_from],
         )
         hidden: dict[int, tuple[set[uuid.UUID], HiddenNote]] = {}
         for index, one in enumerate(planned):
-            content, derived = causes.of(
-                one.ref.space_id, content_hash(one.data.value), one.derived_from
-            )
+            content, derived = causes.of(one.ref.space_id, hashes[index], one.derived_from)
             if content:
                 note = HiddenNote(
                     because="content-revoked",

@@ -13,9 +13,22 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cache
 from typing import Any
 
-from sqlalchemy import Text, any_, bindparam, cast, func, insert, select, tuple_, update
+from sqlalchemy import (
+    LargeBinary,
+    Select,
+    Text,
+    any_,
+    bindparam,
+    cast,
+    func,
+    insert,
+    select,
+    tuple_,
+    update,
+)
 from sqlalchemy.dialects.postgresql import ARRAY, UUID
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -23,6 +36,7 @@ from service.db.models import Memory, MemoryHiding, Revocation
 from service.policy.visible import Liveness, Visible
 
 _UUIDS = ARRAY(UUID)
+_HASHES = ARRAY(LargeBinary)
 
 
 def lock_name(tenant_id: uuid.UUID) -> str:
@@ -78,10 +92,11 @@ async def target(session: AsyncSession, scope: Visible, memory_id: uuid.UUID) ->
     return Target(row[0], row[1], row[2], bytes(row[3]), row[4] is not None, row[5])
 
 
-async def manageable(
+async def reachable(
     session: AsyncSession, scope: Visible, memory_ids: Sequence[uuid.UUID]
 ) -> list[uuid.UUID]:
-    """Those of `memory_ids` the caller may revoke or reinstate (hidden ones included)."""
+    """Those of `memory_ids` that `scope` reaches, hidden ones included: with the delete
+    predicate those the caller may revoke or reinstate, with the read one those it reads."""
     if not memory_ids:
         return []
     rows = await session.scalars(
@@ -211,16 +226,16 @@ class Causes:
         return content, derived
 
 
-async def causes_of(
-    session: AsyncSession,
-    tenant_id: uuid.UUID,
-    contents: Sequence[tuple[uuid.UUID, bytes]],
-    sources: Sequence[uuid.UUID],
-) -> Causes:
-    """The standing revocations that would hide writes of these (space, content hash) pairs
-    or citing these sources: one statement (two index reads), whatever the batch size."""
-    wanted = sorted(set(contents))
-    cited = sorted(set(sources))
+@cache
+def _causes_statement() -> Select[Any]:
+    """`causes_of`'s statement, built once: the pairs and sources come as arrays, so its shape
+    is the same whatever the batch (it runs on every write)."""
+    tenant = bindparam("causes_tenant", type_=UUID)
+    wanted = (
+        func.unnest(bindparam("wanted_spaces", [], _UUIDS), bindparam("wanted_hashes", [], _HASHES))
+        .table_valued("space_id", "content_hash")
+        .render_derived(name="wanted")
+    )
     by_content_rows = select(
         func.array_agg(
             func.jsonb_build_array(
@@ -230,9 +245,11 @@ async def causes_of(
             )
         )
     ).where(
-        Revocation.tenant_id == tenant_id,
+        Revocation.tenant_id == tenant,
         Revocation.reinstated_at.is_(None),
-        tuple_(Revocation.space_id, Revocation.content_hash).in_(wanted),
+        tuple_(Revocation.space_id, Revocation.content_hash).in_(
+            select(wanted.c.space_id, wanted.c.content_hash)
+        ),
     )
     by_source_rows = select(
         func.array_agg(
@@ -241,14 +258,28 @@ async def causes_of(
             )
         )
     ).where(
-        MemoryHiding.tenant_id == tenant_id,
-        MemoryHiding.memory_id == any_(bindparam("cited", cited, _UUIDS)),
+        MemoryHiding.tenant_id == tenant,
+        MemoryHiding.memory_id == any_(bindparam("cited", [], _UUIDS)),
     )
-    row = (
-        await session.execute(
-            select(by_content_rows.scalar_subquery(), by_source_rows.scalar_subquery())
-        )
-    ).one()
+    return select(by_content_rows.scalar_subquery(), by_source_rows.scalar_subquery())
+
+
+async def causes_of(
+    session: AsyncSession,
+    tenant_id: uuid.UUID,
+    contents: Sequence[tuple[uuid.UUID, bytes]],
+    sources: Sequence[uuid.UUID],
+) -> Causes:
+    """The standing revocations that would hide writes of these (space, content hash) pairs
+    or citing these sources: one statement (two index reads), whatever the batch size."""
+    wanted = sorted(set(contents))
+    params = {
+        "causes_tenant": tenant_id,
+        "wanted_spaces": [space_id for space_id, _ in wanted],
+        "wanted_hashes": [digest for _, digest in wanted],
+        "cited": sorted(set(sources)),
+    }
+    row = (await session.execute(_causes_statement(), params)).one()
     by_content: dict[tuple[uuid.UUID, bytes], set[uuid.UUID]] = {}
     for revocation_id, space_id, digest in row[0] or []:
         key = (uuid.UUID(space_id), bytes.fromhex(digest))
@@ -270,18 +301,3 @@ async def note_hidden(
     ]
     if values:
         await session.execute(insert(MemoryHiding), values)
-
-
-async def readable_among(
-    session: AsyncSession, scope: Visible, memory_ids: Sequence[uuid.UUID]
-) -> int:
-    """How many of `memory_ids` the caller of `scope` reads, revoked ones included: what a
-    revoke's or reinstate's answer may count without telling about rows it cannot read."""
-    if not memory_ids:
-        return 0
-    counted = await session.scalar(
-        scope.select(func.count(), liveness=Liveness.including_revoked()).where(
-            Memory.id == any_(bindparam("counted_ids", list(memory_ids), ARRAY(UUID)))
-        )
-    )
-    return int(counted or 0)

@@ -141,9 +141,8 @@ class RevocationService:
     async def _readable(self, principal: Principal, memory_ids: Sequence[uuid.UUID]) -> int:
         """The answer counts only rows the caller reads (red-team finding 5): a derived row in
         a space it cannot read must not show as one more in the count."""
-        return await repository.readable_among(
-            self._session, visible(principal, Action.READ), memory_ids
-        )
+        readable = visible(principal, Action.READ)
+        return len(await repository.reachable(self._session, readable, memory_ids))
 
     async def _target(self, scope: Visible, memory_id: uuid.UUID) -> repository.Target:
         found = await repository.target(self._session, scope, memory_id)
@@ -157,7 +156,7 @@ class RevocationService:
         causes = await repository.revoked_memories_hiding(
             self._session, principal.tenant_id, memory_id
         )
-        return await repository.manageable(self._session, visible(principal, Action.DELETE), causes)
+        return await repository.reachable(self._session, visible(principal, Action.DELETE), causes)
 
 
 def _refuse_quoting(reason: str, value: str) -> None:
