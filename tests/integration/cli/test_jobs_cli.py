@@ -92,9 +92,12 @@ def test_jobs_run_sweeps_through_a_running_server(server: Server) -> None:
     assert all(r["status"] == "finished" for r in runs.values())
     assert sum(r["counts"]["scanned"] for r in runs.values()) == 5
     assert sum(r["counts"]["retracted"] for r in runs.values()) == 5
-    # Each batch of each run was reported (so run) by exactly one of the two processes.
+    # No batch was run by both processes. The server's own worker is a third runner: it takes
+    # up a run while it is still `queued` (before its first batch commits), so some batches
+    # may be its and reported by neither process — but none twice, and no row twice (above).
     reported = [match.groups() for _, err in outputs for match in PROGRESS.finditer(err)]
-    assert len(reported) == len(set(reported)) == sum(r["batches"] for r in runs.values())
+    assert len(reported) == len(set(reported)) <= sum(r["batches"] for r in runs.values())
+    assert all(int(batch) <= runs[run_id]["batches"] for run_id, batch in reported)
     run = max(runs.values(), key=lambda r: r["counts"]["retracted"])
     assert run["principal_id"] == job
     assert run["enqueued_by"] is None
