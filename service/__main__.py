@@ -1,5 +1,5 @@
 """The `memgate` command: serve | migrate | revision | keys rotate | token | audit | tenants |
-jobs | openapi."""
+erasure | jobs | openapi."""
 
 from __future__ import annotations
 
@@ -856,6 +856,59 @@ def _created_tenant(settings: Settings, created: dict[str, Any]) -> dict[str, An
     return created
 
 
+def cmd_erasure(settings: Settings, args: argparse.Namespace) -> int:
+    """`memgate erasure plan | execute ID --version N | proof ID`: a client of the running
+    server (its public URL), with the bearer token in MEMGATE_TOKEN. The answer as JSON on
+    stdout; a refusal is one line on stderr (its problem type and detail), exit code 1."""
+    import httpx
+
+    from service.erasure import cli
+
+    token = os.environ.get("MEMGATE_TOKEN", "").strip()
+    if not token:
+        print(
+            "memgate erasure: set MEMGATE_TOKEN to a token holding manage:erasure (`memgate "
+            "token --scope manage:erasure` for the bootstrap admin, once it holds the eraser "
+            "role: PUT /v1/principals/{id}/roles/eraser)",
+            file=sys.stderr,
+        )
+        return 2
+
+    async def act() -> Any:
+        async with httpx.AsyncClient(
+            base_url=settings.server.public_url, timeout=600, verify=_token_verify(settings)
+        ) as http:
+            if args.erasure_command == "plan":
+                arguments = cli.PlanArguments(
+                    subjects=args.subject,
+                    owners=args.owner,
+                    memory_ids=args.memory,
+                    names=args.name,
+                    reason=args.reason,
+                    keep_tombstones=not args.no_tombstones,
+                    rewrite=not args.no_rewrite,
+                )
+                return await cli.plan(http, token, arguments)
+            if args.erasure_command == "execute":
+                return await cli.execute(http, token, args.erasure_id, args.version)
+            return await cli.proof(http, token, args.erasure_id)
+
+    try:
+        result = asyncio.run(act())
+    except cli.Refused as exc:
+        print(f"memgate erasure {args.erasure_command}: {exc}", file=sys.stderr)
+        return 1
+    except httpx.HTTPError as exc:
+        print(
+            f"memgate erasure: cannot reach {settings.server.public_url} "
+            f"({exc.__class__.__name__}); is memgate serve running there?",
+            file=sys.stderr,
+        )
+        return 1
+    print(json.dumps(result, indent=2))
+    return 0
+
+
 def cmd_jobs_run(
     settings: Settings, name: str, tenant: str | None, space: str | None, dry_run: bool
 ) -> int:
@@ -919,6 +972,40 @@ def _worker_flag(raw: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"not a worker count (0 or more): {raw!r}")
     return value
+
+
+def _erasure_commands(commands: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
+    """`memgate erasure plan | execute | proof` (service/erasure/cli.py)."""
+    erasure = command(
+        commands,
+        "erasure",
+        "plan, execute and prove an erasure (docs/erasure.md)",
+        "A client of the running server: the token in MEMGATE_TOKEN must hold manage:erasure "
+        "for a principal with the eraser role.",
+    )
+    erasure_commands = erasure.add_subparsers(
+        dest="erasure_command", required=True, metavar="ACTION"
+    )
+    planning = command(erasure_commands, "plan", "plan an erasure (a dry run, JSON)")
+    for flag, dest, what in (
+        ("--subject", "subject", "erase every memory filed under this subject"),
+        ("--owner", "owner", "erase every memory this principal wrote (its id)"),
+        ("--memory", "memory", "erase this memory (its id)"),
+        ("--name", "name", "a name or alias for the mention review list"),
+    ):
+        planning.add_argument(flag, dest=dest, action="append", default=[], help=f"{what}; repeat")
+    planning.add_argument("--reason", required=True, help="why (no names, no content)")
+    planning.add_argument(
+        "--no-tombstones", action="store_true", help="let the same text be written again"
+    )
+    planning.add_argument(
+        "--no-rewrite", action="store_true", help="plain VACUUM instead of VACUUM FULL"
+    )
+    executing = command(erasure_commands, "execute", "execute a plan; print its receipt")
+    executing.add_argument("erasure_id", help="the plan's id")
+    executing.add_argument("--version", type=int, required=True, help="the plan's version")
+    proving = command(erasure_commands, "proof", "check an erasure; print the proof")
+    proving.add_argument("erasure_id", help="the plan's id")
 
 
 def _transfer_commands(commands: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
@@ -1090,6 +1177,7 @@ def build_parser() -> argparse.ArgumentParser:
     for verb in ("disable", "enable"):
         toggled = command(tenant_commands, verb, f"{verb} a tenant (idempotent)")
         toggled.add_argument("tenant_id", help="the tenant's id")
+    _erasure_commands(commands, command)
     jobs = command(
         commands,
         "jobs",
@@ -1173,6 +1261,7 @@ _COMMANDS: dict[str, Callable[[Settings, argparse.Namespace], int]] = {
     "tenants": _tenants,
     "import": cmd_transfer,
     "export": cmd_transfer,
+    "erasure": cmd_erasure,
     "jobs": lambda settings, args: cmd_jobs_run(
         settings, args.name, args.tenant, args.space, args.dry_run
     ),

@@ -17,6 +17,7 @@ from service.audit.checkpoints import checkpoint_periodically
 from service.audit.controller import AuditController
 from service.auth.controller import OAuthController
 from service.auth.middleware import BearerAuthentication
+from service.erasure.controller import ErasureController
 from service.http.answers import check_answered_problems
 from service.http.audit import check_every_route_is_an_operation, http_calls
 from service.http.body import declare_query_parameters, strict_request
@@ -140,6 +141,7 @@ def create_app(runtime: Runtime | None = None) -> Litestar:
             RoleController,
             TenantController,
             JobController,
+            ErasureController,
             mcp,
         ],
         dependencies={

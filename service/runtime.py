@@ -36,6 +36,7 @@ from service.db.replica import (
 from service.db.roles import login_problems
 from service.db.session import create_engine, create_sessionmaker
 from service.embeddings import Embedder, EmbeddingFailed, EmbeddingInvalid, traced_embedder
+from service.erasure.files import Maintenance
 from service.issuers.directory import TenantIssuerDirectory
 from service.memory.recalls import RecallLog
 from service.observability.telemetry import instrument_engine
@@ -79,6 +80,8 @@ class Runtime:
         default_factory=lambda: asyncio.Semaphore(PLATFORM_AUDIT_SLOTS)
     )
     """Connections the audit rows of unauthenticated calls may hold at once (service/calls.py)."""
+    maintenance: Maintenance | None = None
+    """How an erasure VACUUMs and scans the database files (service/erasure/files.py)."""
     replica: ReadReplica | None = None
     """The read replica read-only calls run on when it is fresh enough (service/db/replica.py),
     or None (`MEMGATE_READ_DATABASE_URL` empty)."""
@@ -262,6 +265,7 @@ async def build_runtime(
     replica = _read_replica(settings, database_url)
     return Runtime(
         replica=replica,
+        maintenance=Maintenance(owner_url=owner_url, app_url=database_url),
         settings=settings,
         engine=engine,
         sessionmaker=sessionmaker,

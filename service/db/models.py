@@ -835,3 +835,71 @@ class IdempotencyKey(Base):
         DateTime(timezone=True), nullable=False, server_default=func.now()
     )
     expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+
+
+class ErasurePlan(Base):
+    """An erasure (service/erasure): planned with its criteria and a fingerprint of what it
+    reaches; once executed, the erased ids, counts per layer, the signed receipt and the
+    proof's evidence, and its subjects replaced by audit pseudonyms, its names cleared
+    (migration 20261203_erasure)."""
+
+    __tablename__ = "erasure_plans"
+    __table_args__ = (
+        PrimaryKeyConstraint("tenant_id", "id"),
+        ForeignKeyConstraint(["tenant_id"], ["tenants.tenant_id"], ondelete="CASCADE"),
+        CheckConstraint("state IN ('planned', 'executed')", name="state"),
+    )
+
+    tenant_id: Mapped[uuid.UUID] = mapped_column(UUID)
+    id: Mapped[uuid.UUID] = mapped_column(UUID)
+    version: Mapped[int] = mapped_column(Integer, nullable=False, server_default="1")
+    state: Mapped[str] = mapped_column(Text, nullable=False, server_default="planned")
+    subjects: Mapped[list[str]] = mapped_column(
+        ARRAY(Text), nullable=False, server_default=text("'{}'")
+    )
+    owners: Mapped[list[uuid.UUID]] = mapped_column(
+        ARRAY(UUID), nullable=False, server_default=text("'{}'")
+    )
+    memory_ids: Mapped[list[uuid.UUID]] = mapped_column(
+        ARRAY(UUID), nullable=False, server_default=text("'{}'")
+    )
+    names: Mapped[list[str]] = mapped_column(
+        ARRAY(Text), nullable=False, server_default=text("'{}'")
+    )
+    name_count: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
+    keep_tombstones: Mapped[bool] = mapped_column(
+        Boolean, nullable=False, server_default=text("true")
+    )
+    rewrite: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default=text("true"))
+    reason: Mapped[str] = mapped_column(Text, nullable=False)
+    fingerprint: Mapped[bytes] = mapped_column(LargeBinary, nullable=False)
+    planned_by: Mapped[uuid.UUID] = mapped_column(UUID, nullable=False)
+    planned_at: Mapped[datetime] = _now()
+    executed_by: Mapped[uuid.UUID | None] = mapped_column(UUID)
+    executed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    erased: Mapped[list[uuid.UUID]] = mapped_column(
+        ARRAY(UUID), nullable=False, server_default=text("'{}'")
+    )
+    counts: Mapped[dict[str, Any]] = mapped_column(
+        JSONB, nullable=False, server_default=text("'{}'::jsonb")
+    )
+    receipt: Mapped[str | None] = mapped_column(Text)
+    evidence: Mapped[dict[str, Any]] = mapped_column(
+        JSONB, nullable=False, server_default=text("'{}'::jsonb")
+    )
+
+
+class ErasureTombstone(Base):
+    """The content hash of an erased memory: the same normalized text is not written again in
+    the tenant (service/memory/service.py refuses it as `content-erased`)."""
+
+    __tablename__ = "erasure_tombstones"
+    __table_args__ = (
+        PrimaryKeyConstraint("tenant_id", "content_hash"),
+        ForeignKeyConstraint(["tenant_id"], ["tenants.tenant_id"], ondelete="CASCADE"),
+    )
+
+    tenant_id: Mapped[uuid.UUID] = mapped_column(UUID)
+    content_hash: Mapped[bytes] = mapped_column(LargeBinary)
+    erasure_id: Mapped[uuid.UUID] = mapped_column(UUID, nullable=False)
+    erased_at: Mapped[datetime] = _now()

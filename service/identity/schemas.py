@@ -64,7 +64,7 @@ class PrincipalList(msgspec.Struct, kw_only=True):
     items: list[PrincipalOut]
 
 
-Role = Literal["auditor"]
+Role = Literal["auditor", "eraser"]
 
 
 class RoleGrant(msgspec.Struct, kw_only=True):

@@ -51,7 +51,7 @@ from service.policy.service import PolicyService
 from service.problems import InsufficientScope
 
 LIST_LIMIT = 500
-_ROLE_SCOPES: dict[str, str] = {"auditor": Scope.READ_AUDIT}
+_ROLE_SCOPES: dict[str, str] = {"auditor": Scope.READ_AUDIT, "eraser": Scope.MANAGE_ERASURE}
 """The scope each tenant role works with: granting the role hands that power out."""
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from service.auth.scopes import Scope
 from service.embeddings.base import EmbeddingFailed, EmbeddingInvalid
+from service.erasure.problems import ContentErased
 from service.memory.problems import (
     BatchRejected,
     ContentRevoked,
@@ -45,6 +46,7 @@ WRITE = operation(
     ReservedForJobs,
     ProposalRejected,
     ContentRevoked,
+    ContentErased,
     success=201,
     idempotent=True,
     conditional=True,
@@ -140,6 +142,7 @@ REVERT = operation(
     EmbeddingFailed,
     ProposalRejected,
     ContentRevoked,
+    ContentErased,
     success=201,
     idempotent=True,
     conditional=True,

@@ -20,6 +20,7 @@ from service.db.base import uuid7
 from service.db.models import Memory
 from service.embeddings import Embedder, model_tag
 from service.embeddings.base import EmbeddingInvalid
+from service.erasure.problems import ContentErased
 from service.memory import proposals, repository
 from service.memory.batch import batch_rejected
 from service.memory.etags import IfMatch, etag_of
@@ -476,7 +477,8 @@ class MemoryService:
         refused += await proposals.rejected_again(self._session, principal, planned)
         # Revocation (service/revocation): a write a standing revocation covers is stored
         # hidden, outside its key's chain (it closes nothing), or refused when asked.
-        hidden = await self._born_hidden(principal, planned)
+        hidden, erased = await self._born_hidden(principal, planned)
+        refused += [(index, content_erased()) for index in erased]
         refused += [
             (index, content_revoked(planned[index].ref, note))
             for index, (_, note) in hidden.items()
@@ -524,12 +526,13 @@ class MemoryService:
 
     async def _born_hidden(
         self, principal: Principal, planned: list[Planned]
-    ) -> dict[int, tuple[set[uuid.UUID], HiddenNote]]:
+    ) -> tuple[dict[int, tuple[set[uuid.UUID], HiddenNote]], list[int]]:
         """The writes of `planned` a standing revocation covers (by place): their value,
         normalized, equals a memory revoked in their space, or a source they cite is hidden.
         Each with the revocations that hide it (its causes) and what its answer says. Asked
         under the tenant's revocation lock (shared, taken with the key locks), in a statement
-        of its own: its snapshot is taken after the lock, so a revoke is never half seen."""
+        of its own: its snapshot is taken after the lock, so a revoke is never half seen.
+        Also the writes whose content an erasure keeps as a tombstone (refused)."""
         hashes = [content_hash(one.data.value) for one in planned]
         causes = await revocations.causes_of(
             self._session,
@@ -557,7 +560,8 @@ class MemoryService:
             else:
                 continue
             hidden[index] = (content | derived, note)
-        return hidden
+        erased = [index for index, hashed in enumerate(hashes) if hashed in causes.erased]
+        return hidden, erased
 
     async def write_batch(self, principal: Principal, batch: MemoryBatch) -> MemoryBatchWritten:
         """Write every item of `batch` in order, each exactly as `write` would, or none: any
@@ -1345,6 +1349,14 @@ def content_revoked(ref: KeyRef, note: HiddenNote) -> ContentRevoked:
         "memory is stored hidden).",
         because=note.because,
         space_id=str(ref.space_id),
+    )
+
+
+def content_erased() -> ContentErased:
+    """The answer to a write of content an erasure keeps as a tombstone."""
+    return ContentErased(
+        "Its value, normalized, equals a memory that was erased in your tenant: the content "
+        "is not learned again. Nothing was written."
     )
 
 

@@ -1,5 +1,5 @@
 """The policy checks an operation needs besides its scope: role:policy_admin (the policy and
-identity admin API) or role:auditor (the audit log).
+identity admin API), role:auditor (the audit log) or role:eraser (erasure).
 
 Each runs against the call (REST and MCP ask the same question) and reads the compiled role
 closure (`principal_roles`) in the call's own transaction: one primary-key lookup, no walk over
@@ -15,9 +15,10 @@ from sqlalchemy import select
 from service.audit.problems import AuditorRoleRequired
 from service.auth.principal import Principal
 from service.db.models import Principal as PrincipalRow
+from service.erasure.problems import EraserRoleRequired
 from service.policy.powers import holds_role
 from service.policy.problems import AgentPolicyReadOff
-from service.policy.rules import AUDITOR
+from service.policy.rules import AUDITOR, ERASER
 from service.policy.service import PolicyService
 
 if TYPE_CHECKING:
@@ -63,4 +64,14 @@ async def agents_may_read_policy(call: Call) -> None:
         raise AgentPolicyReadOff(
             "Your tenant's settings keep 'read:policy' from agents; ask a tenant admin (who "
             "may read the policy) instead."
+        )
+
+
+async def requires_eraser(call: Call) -> None:
+    """The caller reaches role:eraser in its tenant."""
+    caller = _caller(call)
+    if not await holds_role(call.db, caller.tenant_id, caller.principal_id, ERASER):
+        raise EraserRoleRequired(
+            "Erasure needs the eraser role as well as 'manage:erasure'. An admin holding "
+            "'manage:erasure' grants it with PUT /v1/principals/{principal_id}/roles/eraser."
         )

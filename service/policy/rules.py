@@ -32,6 +32,10 @@ AUDITOR = "role:auditor"
 """Members (directly or through teams) may read, export and verify the tenant's audit log (with
 `read:audit`). Granted through `PUT /v1/principals/{id}/roles/auditor`, which checks the
 granter holds `read:audit` itself."""
+ERASER = "role:eraser"
+"""Members (directly or through teams) may plan, execute and prove erasures (with
+`manage:erasure`). Granted through `PUT /v1/principals/{id}/roles/eraser`, which checks the
+granter holds `manage:erasure` itself; never seeded, so erasing takes a deliberate grant."""
 EXTERNAL_ADMIN = "role:external_admin"
 """A principal mapped to an external IdP subject whose IdP tokens may carry admin scopes. Only
 a direct link counts, and only a caller holding every admin scope sets or removes it."""

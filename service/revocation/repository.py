@@ -32,7 +32,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY, UUID
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from service.db.models import Memory, MemoryHiding, Revocation
+from service.db.models import ErasureTombstone, Memory, MemoryHiding, Revocation
 from service.policy.visible import Liveness, Visible
 
 _UUIDS = ARRAY(UUID)
@@ -214,6 +214,9 @@ class Causes:
 
     by_content: dict[tuple[uuid.UUID, bytes], set[uuid.UUID]]
     by_source: dict[uuid.UUID, set[uuid.UUID]]
+    erased: frozenset[bytes] = frozenset()
+    """Content hashes an erasure keeps as tombstones (service/erasure): refused anywhere in
+    the tenant, read in the same statement."""
 
     def of(
         self, space_id: uuid.UUID, content_hash: bytes, sources: Sequence[uuid.UUID]
@@ -261,7 +264,15 @@ def _causes_statement() -> Select[Any]:
         MemoryHiding.tenant_id == tenant,
         MemoryHiding.memory_id == any_(bindparam("cited", [], _UUIDS)),
     )
-    return select(by_content_rows.scalar_subquery(), by_source_rows.scalar_subquery())
+    erased_rows = select(func.array_agg(func.encode(ErasureTombstone.content_hash, "hex"))).where(
+        ErasureTombstone.tenant_id == tenant,
+        ErasureTombstone.content_hash == any_(bindparam("wanted_hashes", [], _HASHES)),
+    )
+    return select(
+        by_content_rows.scalar_subquery(),
+        by_source_rows.scalar_subquery(),
+        erased_rows.scalar_subquery(),
+    )
 
 
 async def causes_of(
@@ -271,7 +282,8 @@ async def causes_of(
     sources: Sequence[uuid.UUID],
 ) -> Causes:
     """The standing revocations that would hide writes of these (space, content hash) pairs
-    or citing these sources: one statement (two index reads), whatever the batch size."""
+    or citing these sources, and the erasure tombstones among the hashes: one statement (three
+    index reads), whatever the batch size."""
     wanted = sorted(set(contents))
     params = {
         "causes_tenant": tenant_id,
@@ -287,7 +299,8 @@ async def causes_of(
     by_source: dict[uuid.UUID, set[uuid.UUID]] = {}
     for memory_id, revocation_id in row[1] or []:
         by_source.setdefault(uuid.UUID(memory_id), set()).add(uuid.UUID(revocation_id))
-    return Causes(by_content, by_source)
+    erased = frozenset(bytes.fromhex(digest) for digest in row[2] or [])
+    return Causes(by_content, by_source, erased)
 
 
 async def note_hidden(

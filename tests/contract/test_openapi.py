@@ -36,9 +36,10 @@ PUBLIC_TODAY = {
 }
 """Today's public routes, spelled out (more may be declared public; none of these may stop)."""
 
-UNDOCUMENTED = {"mcpExchange"}
+UNDOCUMENTED = {"mcpExchange", "finalizeErasure"}
 """Operations without an OpenAPI entry: the MCP endpoint is a mounted JSON-RPC app, whose tools
-describe themselves (tools/list, docs/mcp.md); Litestar does not describe mounts."""
+describe themselves (tools/list, docs/mcp.md); Litestar does not describe mounts. An erasure's
+finalisation is a call the execute route starts after its answer (service/erasure), no route."""
 
 
 JOB_OPERATIONS = {job.operation.operation_id for job in JOBS.values()} | {

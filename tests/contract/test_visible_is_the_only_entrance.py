@@ -42,6 +42,10 @@ ESCAPES = {
     ("db/embedded.py", "cluster admin: reads one server setting only"),
     ("http/workers.py", "reads server settings and pg_stat_activity only"),
     ("db/roles.py", "cluster admin: creates the app login, reads pg_roles only"),
+    (
+        "erasure/files.py",
+        "maintenance: CHECKPOINT, VACUUM, reads pg_class and server settings only",
+    ),
 }
 """Every `# visible: ok` in service/, by module and reason."""
 

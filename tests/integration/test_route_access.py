@@ -3,7 +3,8 @@
 A route added to the app without a row in the table fails `test_route_table_covers_every_route`
 (the policy API's routes have their own table and access tests in tests/integration/policy, the
 platform's /v1/tenants routes theirs in tests/integration/tenants/test_access.py, the job
-runner's in tests/integration/jobs/test_api.py). The
+runner's in tests/integration/jobs/test_api.py, the erasure API's in
+tests/integration/erasure/test_access_and_state.py). The
 cross-tenant matrix of every route and MCP tool (ids in paths, filters and bodies, names, the
 other tenant's tokens; audit chains and logs) is tests/integration/tenants.
 """
@@ -15,6 +16,7 @@ import re
 import pytest
 
 from tests.fixtures.api import Api, TestClient
+from tests.integration.erasure.test_access_and_state import ERASURE_ROUTES
 from tests.integration.jobs.test_api import JOB_ROUTES
 from tests.integration.memory import matrix
 from tests.integration.memory.support import ID_ROUTES, ROUTES, Route
@@ -74,8 +76,10 @@ def test_route_table_covers_every_route() -> None:
     policy_api = {(method, template) for method, template, _ in POLICY_ROUTES}
     platform_api = {(route.method, route.template) for route in TENANT_ROUTES}
     job_api = set(JOB_ROUTES)
+    erasure_api = set(ERASURE_ROUTES)
+    assert erasure_api <= declared
     assert platform_api <= declared
     assert job_api <= declared
-    assert declared - policy_api - platform_api - job_api == {
+    assert declared - policy_api - platform_api - job_api - erasure_api == {
         (route.method, route.template) for route in ROUTES
     }

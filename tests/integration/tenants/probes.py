@@ -223,6 +223,14 @@ def _run_id(side: Side) -> str:
     return str(side.run["id"])
 
 
+def _erasure_id(side: Side) -> str:
+    return str(side.erasure["id"])
+
+
+ERASURE = "/v1/erasures/{id}"
+NOT_ERASURE = "erasure-not-found"
+
+
 def _tenant_id(side: Side) -> str:
     return side.tenant_id
 
@@ -637,6 +645,32 @@ PROBES: tuple[Probe, ...] = (
         "unknown-job",
     ),
     _listing("GET /v1/jobs/runs"),
+    # erasures -------------------------------------------------------------------------------
+    _id(f"GET {ERASURE}", "/v1/erasures/{value}", "erasure", _erasure_id, NOT_ERASURE),
+    _id(f"GET {ERASURE}/proof", "/v1/erasures/{value}/proof", "erasure", _erasure_id, NOT_ERASURE),
+    _id(f"POST {ERASURE}/plan", "/v1/erasures/{value}/plan", "erasure", _erasure_id, NOT_ERASURE),
+    Probe(
+        f"POST {ERASURE}/execute",
+        ID,
+        "erasure",
+        lambda side, v: Ask("POST", f"/v1/erasures/{v}/execute", json={"version": 1}),
+        _erasure_id,
+        NOT_ERASURE,
+    ),
+    _body(
+        "POST /v1/erasures",
+        "owner principal",
+        lambda side, v: {"owners": [v], "reason": "probe"},
+        _agent_id,
+        "principal-not-found",
+    ),
+    _body(
+        "POST /v1/erasures",
+        "memory id",
+        lambda side, v: {"memory_ids": [v], "reason": "probe"},
+        memory_id_of,
+        "memory-not-found",
+    ),
     # platform routes: a tenant admin is refused before any lookup ----------------------------
     _id(f"GET {TENANT}", "/v1/tenants/{value}", "tenant", _tenant_id, PLATFORM_ONLY),
     _id(f"PATCH {TENANT}", "/v1/tenants/{value}", "tenant", _tenant_id, PLATFORM_ONLY),
@@ -876,6 +910,28 @@ PROBES: tuple[Probe, ...] = (
 )
 
 CREATING: tuple[Probe, ...] = (
+    # An erasure's criteria reach the caller's tenant only: the other tenant's subject (or a
+    # name its rows mention) plans an erasure of nothing, like a made-up one.
+    _body(
+        "POST /v1/erasures",
+        "subject",
+        lambda side, v: {"subjects": [v], "reason": "probe"},
+        name_of("subject"),
+        201,
+        kind=NAME,
+        twin=made_up_subject,
+        creates=True,
+    ),
+    _body(
+        "POST /v1/erasures",
+        "name for the mention scan",
+        lambda side, v: {"subjects": ["service:nobody"], "names": [v], "reason": "probe"},
+        name_of("subject"),
+        201,
+        kind=NAME,
+        twin=made_up_subject,
+        creates=True,
+    ),
     Probe(
         "POST /v1/memories",
         NAME,

@@ -45,6 +45,8 @@ class Side:
     """The tenant's registered external IdP (never fetched: registration does not)."""
     run: dict[str, Any]
     """A queued dry run of `memory.sweep_expired` in this tenant (nobody runs it)."""
+    erasure: dict[str, Any]
+    """A planned erasure (never executed), by the admin, who holds the eraser role."""
 
     @property
     def tenant_id(self) -> str:
@@ -187,6 +189,14 @@ async def seed_side(api: Api, tag: str) -> Side:
         202,
         json={"dry_run": True, "space_id": space["id"]},
     )
+    await _ok(api, "PUT", f"/v1/principals/{api.admin.principal_id}/roles/eraser")
+    erasure = await _ok(
+        api,
+        "POST",
+        "/v1/erasures",
+        201,
+        json={"subjects": [f"service:only-{tag}"], "reason": "the probe's plan"},
+    )
     return Side(
         api,
         agent,
@@ -202,6 +212,7 @@ async def seed_side(api: Api, tag: str) -> Side:
         delegated=exchanged.json()["access_token"],
         issuer=issuer,
         run=run,
+        erasure=erasure,
     )
 
 

@@ -1,0 +1,1 @@
+"""Erasure with proof: plan, execute, receipt and proof (docs/erasure.md)."""

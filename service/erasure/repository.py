@@ -1,0 +1,120 @@
+"""The erasure's statements. What an erasure reaches spans every space of the tenant, so it is
+read and removed by the SECURITY DEFINER functions of migration 20261203_erasure, which act only
+on the plan named in the transaction's tenant; this module calls them and reads the plans."""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import select, text
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from service.db.models import ErasurePlan
+
+ERASED_WHY = ("id", "subject", "owner", "version", "derived")
+"""Why a row is erased (the reach's labels); `mention` rows are for review only."""
+
+_REACH = text("SELECT memory_id, space_id, version, why FROM memgate_erasure_reach(:plan)")
+_VALUES = text("SELECT memory_id, value, embedding FROM memgate_erasure_values(:plan)")
+_NEAREST = text(
+    "SELECT ord, memory_id, similarity FROM memgate_erasure_nearest("
+    "CAST(:exclude AS uuid[]), CAST(:vectors AS text[])) ORDER BY ord"
+)
+_EXECUTE = text("SELECT layer, erased FROM memgate_erasure_execute(:plan)")
+_LEFT = text(
+    "SELECT rows_left, owned_left, vectors_left, dangling FROM memgate_erasure_left("
+    "CAST(:ids AS uuid[]), CAST(:owners AS uuid[]))"
+)
+_EXISTING_PRINCIPALS = text(
+    "SELECT id FROM principals WHERE tenant_id = :tenant AND id = ANY (CAST(:ids AS uuid[]))"
+)
+
+
+@dataclass(frozen=True)
+class Reached:
+    memory_id: uuid.UUID
+    space_id: uuid.UUID
+    version: int
+    why: str
+
+
+@dataclass(frozen=True)
+class Needle:
+    """An erased row's text and vector, held in the process during the execution only."""
+
+    memory_id: uuid.UUID
+    value: str
+    embedding: str | None
+
+
+@dataclass(frozen=True)
+class Left:
+    rows: int
+    owned: int
+    vectors: int
+    dangling: int
+
+
+async def reach(session: AsyncSession, plan_id: uuid.UUID) -> list[Reached]:
+    rows = await session.execute(_REACH, {"plan": plan_id})
+    found = [Reached(row.memory_id, row.space_id, row.version, row.why) for row in rows]
+    return sorted(found, key=lambda one: (one.why, str(one.memory_id)))
+
+
+def fingerprint(reached: Sequence[Reached]) -> bytes:
+    """What execution re-checks: the erased rows and their versions (mentions aside: the
+    review list may change without changing what is erased)."""
+    erased = sorted(f"{one.memory_id}:{one.version}" for one in reached if one.why != "mention")
+    return hashlib.sha256("\n".join(erased).encode()).digest()
+
+
+async def needles(session: AsyncSession, plan_id: uuid.UUID) -> list[Needle]:
+    rows = await session.execute(_VALUES, {"plan": plan_id})
+    return [Needle(row.memory_id, row.value, row.embedding) for row in rows]
+
+
+async def nearest(
+    session: AsyncSession, exclude: Sequence[uuid.UUID], vectors: Sequence[str]
+) -> list[tuple[int, uuid.UUID, float]]:
+    if not vectors:
+        return []
+    rows = await session.execute(_NEAREST, {"exclude": list(exclude), "vectors": list(vectors)})
+    return [(int(row.ord), row.memory_id, float(row.similarity)) for row in rows]
+
+
+async def execute(session: AsyncSession, plan_id: uuid.UUID) -> dict[str, int]:
+    rows = await session.execute(_EXECUTE, {"plan": plan_id})
+    return {row.layer: int(row.erased) for row in rows}
+
+
+async def left(
+    session: AsyncSession, ids: Sequence[uuid.UUID], owners: Sequence[uuid.UUID]
+) -> Left:
+    row = (await session.execute(_LEFT, {"ids": list(ids), "owners": list(owners)})).one()
+    return Left(int(row.rows_left), int(row.owned_left), int(row.vectors_left), int(row.dangling))
+
+
+async def missing_principals(
+    session: AsyncSession, tenant_id: uuid.UUID, ids: Sequence[uuid.UUID]
+) -> list[uuid.UUID]:
+    found = set(
+        (await session.scalars(_EXISTING_PRINCIPALS, {"tenant": tenant_id, "ids": list(ids)})).all()
+    )
+    return [one for one in ids if one not in found]
+
+
+async def plan(
+    session: AsyncSession, tenant_id: uuid.UUID, plan_id: uuid.UUID, *, lock: bool = False
+) -> ErasurePlan | None:
+    statement = select(ErasurePlan).where(
+        ErasurePlan.tenant_id == tenant_id, ErasurePlan.id == plan_id
+    )
+    if lock:
+        statement = statement.with_for_update()
+    found: ErasurePlan | None = await session.scalar(
+        statement.execution_options(populate_existing=True)
+    )
+    return found

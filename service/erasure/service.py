@@ -1,0 +1,383 @@
+"""Erasure: plan, re-plan, execute, finalise and prove. No HTTP types, no commits: the call owns
+the transaction (the finalisation is a call of its own, after the execution's commit).
+
+An erasure reaches, in the whole tenant: the rows filed under its subjects, the rows its owner
+principals wrote (under any subject, in any space), the rows named by id, every other version
+of those rows' keys, and every row derived from any of them, transitively. Rows elsewhere that
+mention one of its names are listed for review, never erased by the plan. docs/erasure.md.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import anyio
+from joserfc import jws
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from service.audit.checkpoints import ALGORITHM, signing_key
+from service.auth.principal import Principal
+from service.calls import Facts
+from service.db.base import uuid7
+from service.db.models import ErasurePlan
+from service.erasure import repository
+from service.erasure.files import MAX_NEEDLES, Maintenance, scan
+from service.erasure.problems import ErasureCriteriaEmpty, ErasureNotFound, ErasurePlanStale
+from service.erasure.schemas import (
+    ErasureCreate,
+    ErasurePlanOut,
+    PlanCounts,
+    Proof,
+    Receipt,
+    Row,
+)
+from service.identity.problems import PrincipalNotFound
+from service.memory.normalize import quotes
+from service.memory.problems import MemoryNotFound
+from service.memory.service import not_found_detail
+from service.problems import ServiceUnavailable
+from service.revocation import repository as revocations
+from service.revocation.problems import ReasonQuotesContent
+from service.runtime import Runtime
+
+RECEIPT_TYPE = "memgate-erasure-receipt+jws"
+RECEIPT_VERSION = "memgate.erasure.receipt.v1"
+GUARANTEES: dict[str, str] = {
+    "rows": "deleted in one transaction: no endpoint returns them to anyone",
+    "vectors": "deleted with their rows; VACUUM removes their HNSW entries",
+    "lexemes": "deleted with their rows; VACUUM removes their GIN entries",
+    "versions": "every version of the erased rows' keys is deleted",
+    "derived": "rows derived from them (transitively) are deleted",
+    "caches": "stored idempotent answers naming them and recall marks are deleted; memgate "
+    "keeps no other cache of memory text or vectors",
+    "pseudonym_mapping": "the owners' pseudonym -> principal rows are deleted: audit rows keep "
+    "a pseudonym nobody can resolve",
+    "audit": "audit rows hold ids, counts and pseudonyms, never content; they are kept",
+    "wal_replicas_backups": "not reached: copies stay until WAL is recycled and backups expire; "
+    "replay this receipt's ids after a restore",
+    "providers": "not reached: the embedding or summarizer provider's own retention applies",
+}
+"""Per layer, what the execution guarantees (docs/erasure.md has the table in full)."""
+_FILES = {
+    True: "VACUUM FULL rewrites the touched tables and their indexes into new files after the "
+    "commit; the proof scans the files before and after where they are local",
+    False: "a plain VACUUM marks the space reusable after the commit; the bytes may stay in "
+    "free space until reused (the proof's scan shows where they are local)",
+}
+
+
+@dataclass
+class Finalisation:
+    """What the execution hands its finalisation (in memory only: the needles are content)."""
+
+    tenant_id: uuid.UUID
+    plan_id: uuid.UUID
+    rewrite: bool
+    needles: list[bytes] = field(repr=False)
+    local: bool
+
+
+class ErasureService:
+    def __init__(self, session: AsyncSession, runtime: Runtime, *, facts: Facts) -> None:
+        self._session = session
+        self._runtime = runtime
+        self._facts = facts
+
+    async def plan(self, principal: Principal, data: ErasureCreate) -> ErasurePlanOut:
+        if not (data.subjects or data.owners or data.memory_ids):
+            raise ErasureCriteriaEmpty(
+                "Name at least one subject, owner principal or memory id to erase (names alone "
+                "only find mentions to review). Nothing changed."
+            )
+        missing = await repository.missing_principals(
+            self._session, principal.tenant_id, data.owners
+        )
+        if missing:
+            raise PrincipalNotFound(f"No principal {missing[0]} in your tenant.")
+        _refuse_names_in_reason(data.reason, data.names)
+        row = ErasurePlan(
+            tenant_id=principal.tenant_id,
+            id=uuid7(),
+            subjects=sorted(set(data.subjects)),
+            owners=sorted(set(data.owners)),
+            memory_ids=sorted(set(data.memory_ids)),
+            names=list(dict.fromkeys(data.names)),
+            name_count=len(set(data.names)),
+            keep_tombstones=data.keep_tombstones,
+            rewrite=data.rewrite,
+            reason=data.reason,
+            fingerprint=b"",
+            planned_by=principal.principal_id,
+        )
+        self._session.add(row)
+        await self._session.flush()
+        reached = await repository.reach(self._session, row.id)
+        named = {one.memory_id for one in reached if one.why == "id"}
+        for memory_id in row.memory_ids:
+            if memory_id not in named:
+                raise MemoryNotFound(not_found_detail(memory_id))
+        await self._refuse_quoting(row)
+        row.fingerprint = repository.fingerprint(reached)
+        await self._session.flush()
+        self._facts.add_targets([row.id])
+        self._facts.count(sum(1 for one in reached if one.why != "mention"))
+        return await self._out(row, reached)
+
+    async def replan(self, principal: Principal, plan_id: uuid.UUID) -> ErasurePlanOut:
+        row = await self._row(principal, plan_id, lock=True)
+        if row.state == "executed":
+            raise ErasurePlanStale(
+                f"Erasure {plan_id} is executed already: there is nothing to plan again. "
+                "Nothing changed."
+            )
+        reached = await repository.reach(self._session, row.id)
+        row.version += 1
+        row.fingerprint = repository.fingerprint(reached)
+        row.planned_at = datetime.now(UTC)
+        await self._session.flush()
+        return await self._out(row, reached)
+
+    async def get(self, principal: Principal, plan_id: uuid.UUID) -> ErasurePlanOut:
+        row = await self._row(principal, plan_id)
+        reached = await repository.reach(self._session, row.id) if row.state == "planned" else []
+        return await self._out(row, reached)
+
+    async def execute(
+        self, principal: Principal, subject: str, plan_id: uuid.UUID, version: int
+    ) -> tuple[Receipt, Finalisation | None]:
+        """The receipt, and what the finalisation needs once this commits (None when the plan
+        was executed already: the same receipt again, nothing to do)."""
+        await revocations.hold_out_writes(self._session, principal.tenant_id)
+        row = await self._row(principal, plan_id, lock=True)
+        if row.state == "executed":
+            assert row.receipt is not None
+            return _receipt(row), None
+        reached = await repository.reach(self._session, row.id)
+        if version != row.version or repository.fingerprint(reached) != row.fingerprint:
+            raise ErasurePlanStale(
+                f"Erasure {plan_id} is at version {row.version}"
+                + (
+                    f", not {version}"
+                    if version != row.version
+                    else ", and what it reaches changed since it was planned"
+                )
+                + ". Plan it again (POST /v1/erasures/{id}/plan), review it, and execute that "
+                "version. Nothing was erased."
+            )
+        needles = await repository.needles(self._session, row.id)
+        erased = sorted(one.memory_id for one in reached if one.why != "mention")
+        nearest = await repository.nearest(
+            self._session,
+            erased,
+            [one.embedding for one in needles[:MAX_NEEDLES] if one.embedding is not None],
+        )
+        wanted, values = _needle_bytes(needles, row.names)
+        before, local = await self._scan_files(wanted)
+        counts = await repository.execute(self._session, row.id)
+        mentions_left = await repository.reach(self._session, row.id)
+        key = await self._runtime.pseudonyms.key(self._session, principal.tenant_id)
+        pseudonym = self._runtime.pseudonyms.compute
+        executed_at = datetime.now(UTC)
+        claims = {
+            "v": RECEIPT_VERSION,
+            "erasure": str(row.id),
+            "plan_version": row.version,
+            "tenant": str(principal.tenant_id),
+            "requester": pseudonym(key, subject),
+            "executed_at": executed_at.isoformat(),
+            "criteria": {
+                "subjects": [pseudonym(key, one) for one in row.subjects],
+                "owners": [pseudonym(key, str(one)) for one in row.owners],
+                "memory_ids": [str(one) for one in row.memory_ids],
+                "names": row.name_count,
+            },
+            "erased": [str(one) for one in erased],
+            "counts": counts,
+            "tombstones_kept": row.keep_tombstones,
+            "guarantees": GUARANTEES | {"files": _FILES[row.rewrite]},
+        }
+        row.receipt = await self._sign(claims)
+        row.state, row.executed_by, row.executed_at = (
+            "executed",
+            principal.principal_id,
+            executed_at,
+        )
+        row.subjects = list(claims["criteria"]["subjects"])  # type: ignore[index]
+        row.names = []
+        row.erased, row.counts = erased, counts
+        row.evidence = {
+            "finalized": False,
+            "mentions_left": len(mentions_left),
+            "nearest": [
+                {"needle": ordinal, "memory_id": str(memory_id), "similarity": round(similarity, 4)}
+                for ordinal, memory_id, similarity in nearest
+            ],
+            # `found` of each scan counts the files holding each needle: the erased values
+            # first, then the names (which rows under review may still hold).
+            "needles": {"values": values, "names": len(wanted) - values},
+            "files_before": before,
+        }
+        await self._session.flush()
+        self._facts.add_targets([row.id, *erased])
+        self._facts.count(len(erased))
+        finalisation = Finalisation(principal.tenant_id, row.id, row.rewrite, wanted, local)
+        return _receipt(row), finalisation
+
+    async def finalize(self, principal: Principal, done: Finalisation) -> None:
+        """After the execution committed: VACUUM the touched tables (FULL when the plan asks),
+        scan the files again for the same needles, and note it all in the plan's evidence."""
+        maintenance = self._maintenance()
+        vacuum = await anyio.to_thread.run_sync(lambda: maintenance.vacuum(rewrite=done.rewrite))
+        after, _ = await self._scan_files(done.needles) if done.local else ({}, False)
+        row = await self._row(principal, done.plan_id, lock=True)
+        row.evidence = row.evidence | {
+            "finalized": True,
+            "vacuum": {"full": done.rewrite, "tables": vacuum, "at": datetime.now(UTC).isoformat()},
+            "files_after": after or row.evidence.get("files_before", {}),
+        }
+        await self._session.flush()
+        self._facts.add_targets([row.id])
+
+    async def proof(self, principal: Principal, plan_id: uuid.UUID) -> Proof:
+        row = await self._row(principal, plan_id)
+        if row.state == "planned":
+            reached = await repository.reach(self._session, row.id)
+            ids = [one.memory_id for one in reached if one.why != "mention"]
+        else:
+            ids = list(row.erased)
+        left = await repository.left(self._session, ids, row.owners)
+        return Proof(
+            erasure_id=row.id,
+            state="executed" if row.state == "executed" else "planned",
+            checked_at=datetime.now(UTC),
+            rows_left=left.rows,
+            owned_left=left.owned,
+            vectors_left=left.vectors,
+            dangling_references=left.dangling,
+            evidence=dict(row.evidence),
+        )
+
+    async def _scan_files(self, needles: Sequence[bytes]) -> tuple[dict[str, Any], bool]:
+        maintenance = self._maintenance()
+        directory, why = await anyio.to_thread.run_sync(maintenance.local_data_directory)
+        if directory is None:
+            return {"scanned": False, "why": why}, False
+        if not await anyio.to_thread.run_sync(maintenance.checkpoint):
+            return {"scanned": False, "why": "CHECKPOINT refused: the files may lag"}, False
+        files = await anyio.to_thread.run_sync(lambda: maintenance.relation_files(directory))
+        result = await anyio.to_thread.run_sync(lambda: scan(files, needles))
+        return {"scanned": True} | result, True
+
+    def _maintenance(self) -> Maintenance:
+        maintenance = self._runtime.maintenance
+        if maintenance is None:
+            raise ServiceUnavailable("This process has no database maintenance connection.")
+        return maintenance
+
+    async def _sign(self, claims: dict[str, Any]) -> str:
+        key = await signing_key(self._session, self._runtime.kek)
+        if key is None:
+            raise ServiceUnavailable(
+                "No audit signing key is available to sign the erasure receipt: run `memgate "
+                "migrate` with the owner's URL. Nothing was erased."
+            )
+        header = {"alg": ALGORITHM, "kid": key.kid, "typ": RECEIPT_TYPE}
+        payload = json.dumps(claims, sort_keys=True, separators=(",", ":")).encode()
+        return jws.serialize_compact(header, payload, key, algorithms=[ALGORITHM])
+
+    async def _refuse_quoting(self, row: ErasurePlan) -> None:
+        for needle in await repository.needles(self._session, row.id):
+            if quotes(row.reason, needle.value):
+                raise ReasonQuotesContent(
+                    "The reason repeats words of a memory the plan erases. It is kept with the "
+                    "plan, so it may not carry the content: give the request's reference "
+                    "instead. Nothing changed."
+                )
+
+    async def _row(
+        self, principal: Principal, plan_id: uuid.UUID, *, lock: bool = False
+    ) -> ErasurePlan:
+        row = await repository.plan(self._session, principal.tenant_id, plan_id, lock=lock)
+        if row is None:
+            raise ErasureNotFound(f"No erasure {plan_id} in your tenant.")
+        self._facts.add_targets([row.id])
+        return row
+
+    async def _out(self, row: ErasurePlan, reached: Sequence[repository.Reached]) -> ErasurePlanOut:
+        lists: dict[str, list[Row]] = {why: [] for why in (*repository.ERASED_WHY, "mention")}
+        for one in reached:
+            lists[one.why].append(Row(id=one.memory_id, space_id=one.space_id, version=one.version))
+        executed = row.state == "executed"
+        return ErasurePlanOut(
+            id=row.id,
+            version=row.version,
+            state="executed" if executed else "planned",
+            planned_at=row.planned_at,
+            subjects=list(row.subjects),
+            owners=[str(one) for one in row.owners] if not executed else _owner_pseudonyms(row),
+            memory_ids=list(row.memory_ids),
+            names=row.name_count,
+            keep_tombstones=row.keep_tombstones,
+            rewrite=row.rewrite,
+            by_id=lists["id"],
+            by_subject=lists["subject"],
+            by_owner=lists["owner"],
+            versions=lists["version"],
+            derived=lists["derived"],
+            review=lists["mention"],
+            counts=PlanCounts(
+                by_id=len(lists["id"]),
+                by_subject=len(lists["subject"]),
+                by_owner=len(lists["owner"]),
+                versions=len(lists["version"]),
+                derived=len(lists["derived"]),
+                review=len(lists["mention"]),
+            ),
+            executed_at=row.executed_at,
+            receipt=row.receipt,
+        )
+
+
+def _owner_pseudonyms(row: ErasurePlan) -> list[str]:
+    claims = _claims(row)
+    owners: list[str] = claims.get("criteria", {}).get("owners", [])
+    return owners
+
+
+def _claims(row: ErasurePlan) -> dict[str, Any]:
+    assert row.receipt is not None
+    payload = row.receipt.split(".")[1]
+    padded = payload + "=" * (-len(payload) % 4)
+    loaded: dict[str, Any] = json.loads(base64.urlsafe_b64decode(padded))
+    return loaded
+
+
+def _receipt(row: ErasurePlan) -> Receipt:
+    assert row.receipt is not None
+    return Receipt(erasure_id=row.id, receipt=row.receipt, claims=_claims(row))
+
+
+def _needle_bytes(
+    needles: Sequence[repository.Needle], names: Sequence[str]
+) -> tuple[list[bytes], int]:
+    """The erased values (as stored: UTF-8), then the names, at most MAX_NEEDLES; and how
+    many of them are values."""
+    values = list(dict.fromkeys(one.value.encode() for one in needles if one.value))
+    wanted = [*values, *(name.encode() for name in names)][:MAX_NEEDLES]
+    return wanted, min(len(values), MAX_NEEDLES)
+
+
+def _refuse_names_in_reason(reason: str, names: Sequence[str]) -> None:
+    lowered = reason.lower()
+    if any(name.lower() in lowered for name in names):
+        raise ReasonQuotesContent(
+            "The reason contains one of the plan's names. It is kept with the plan (the names "
+            "are cleared once it is executed), so it may not name the person: give the "
+            "request's reference instead. Nothing changed."
+        )
