@@ -47,8 +47,31 @@ TOUCHED = (
     "idempotency_keys",
     "audit_actors",
     "erasure_plans",
+    # and a tenant's erasure (memgate_erase_tenant):
+    "erasure_tombstones",
+    "job_runs",
+    "audit_pseudonym_keys",
+    "principals",
+    "clients",
+    "spaces",
+    "space_grants",
+    "casbin_rule",
+    "teams",
+    "delegations",
+    "role_grants",
+    "principal_roles",
+    "tenant_issuers",
+    "tenant_limits",
+    "quota_buckets",
+    "quota_slots",
+    "tenant_usage",
+    "tenants",
+    "audit_events",
+    "audit_heads",
+    "audit_checkpoints",
 )
-"""The tables an erasure deletes from or rewrites (VACUUMed after it: service/erasure)."""
+"""The tables an erasure deletes from or rewrites (VACUUMed after it: service/erasure/files.py
+names the same lists)."""
 CONTENT_COLUMNS = ("value", "key", "metadata", "lexical", "source")
 
 SCHEMA = f"""
@@ -66,6 +89,7 @@ CREATE TABLE erasure_plans (
     rewrite boolean NOT NULL DEFAULT true,
     reason text NOT NULL,
     fingerprint bytea NOT NULL,
+    erased_tenant uuid,
     planned_by uuid NOT NULL,
     planned_at timestamptz NOT NULL DEFAULT now(),
     executed_by uuid,
@@ -272,6 +296,142 @@ GRANT EXECUTE ON FUNCTION memgate_erasure_reach(uuid), memgate_erasure_values(uu
     memgate_erasure_left(uuid[], uuid[]) TO {APP_ROLE};
 """
 
+# Deleting a tenant is an erasure of the whole tenant (issue 16): every table that holds its
+# rows, named one by one (a table added later must be added here: the lifecycle test checks no
+# tenant table keeps a retired tenant's rows). The owner's policy on `memories` binds the table
+# owner to the tenant the transaction names, so the function names the erased tenant while it
+# deletes and the platform tenant again after. `p_drop_audit`: the tenant's audit chain goes
+# too (rows, head, checkpoints); by default it stays, content-free, its pseudonyms unresolvable
+# once the actor map and the pseudonym key are gone.
+TENANT_TABLES = (
+    "memory_hidings",
+    "revocations",
+    "memory_recalls",
+    "review_rejections",
+    "idempotency_keys",
+    "job_runs",
+    "erasure_plans",
+    "erasure_tombstones",
+)
+TENANT_ERASURE = f"""
+CREATE FUNCTION memgate_tenant_needles(p_tenant uuid, p_limit integer)
+RETURNS TABLE (value text)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+DECLARE
+    platform text := current_setting('memgate.tenant_id', true);
+BEGIN
+    IF NOT memgate_named_platform() THEN
+        RAISE EXCEPTION 'only the platform tenant erases a tenant'
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    PERFORM set_config('memgate.tenant_id', p_tenant::text, true);
+    RETURN QUERY SELECT m.value FROM memories m
+     WHERE m.tenant_id = p_tenant AND m.value <> '' ORDER BY m.id LIMIT p_limit;
+    PERFORM set_config('memgate.tenant_id', platform, true);
+END $$;
+
+CREATE FUNCTION memgate_erase_tenant(p_tenant uuid, p_drop_audit boolean)
+RETURNS TABLE (layer text, erased bigint)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+DECLARE
+    platform text := current_setting('memgate.tenant_id', true);
+    n bigint;
+    t text;
+BEGIN
+    IF NOT memgate_named_platform() THEN
+        RAISE EXCEPTION 'only the platform tenant erases a tenant'
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    PERFORM set_config('memgate.tenant_id', p_tenant::text, true);
+    DELETE FROM memories m WHERE m.tenant_id = p_tenant;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    layer := 'memories'; erased := n; RETURN NEXT;
+    FOREACH t IN ARRAY ARRAY['{"', '".join(TENANT_TABLES)}'] LOOP
+        EXECUTE format('DELETE FROM %I WHERE tenant_id = $1', t) USING p_tenant;
+        GET DIAGNOSTICS n = ROW_COUNT;
+        layer := t; erased := n; RETURN NEXT;
+    END LOOP;
+    DELETE FROM audit_actors a WHERE a.tenant_id = p_tenant;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    layer := 'pseudonym_mappings'; erased := n; RETURN NEXT;
+    DELETE FROM audit_pseudonym_keys k WHERE k.tenant_id = p_tenant;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    layer := 'pseudonym_keys'; erased := n; RETURN NEXT;
+    PERFORM set_config('memgate.tenant_id', platform, true);
+    -- principals, clients, spaces, policy, teams, delegations, issuers, quotas, recalls (as
+    -- the platform, which it checks; it refuses a tenant still enabled, or the platform).
+    SELECT memgate_retire_tenant(p_tenant) INTO n;
+    layer := 'identity_policy_quotas'; erased := n; RETURN NEXT;
+    IF p_drop_audit THEN
+        PERFORM set_config('memgate.audit_drop_tenant', p_tenant::text, true);
+        DELETE FROM audit_checkpoints c WHERE c.tenant_id = p_tenant;
+        DELETE FROM audit_events e WHERE e.tenant_id = p_tenant;
+        GET DIAGNOSTICS n = ROW_COUNT;
+        layer := 'audit_rows'; erased := n; RETURN NEXT;
+        DELETE FROM audit_heads h WHERE h.tenant_id = p_tenant;
+        PERFORM set_config('memgate.audit_drop_tenant', '', true);
+    END IF;
+END $$;
+
+-- What a tenant's erasure left: rows per table holding its id (the retired `tenants` row and,
+-- unless dropped, its audit chain are expected).
+CREATE FUNCTION memgate_tenant_left(p_tenant uuid)
+RETURNS TABLE (table_name text, rows_left bigint)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+DECLARE
+    platform text := current_setting('memgate.tenant_id', true);
+    t text;
+    n bigint;
+BEGIN
+    IF NOT memgate_named_platform() THEN
+        RAISE EXCEPTION 'only the platform tenant proves a tenant erasure'
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    PERFORM set_config('memgate.tenant_id', p_tenant::text, true);
+    FOR t IN SELECT c.relname FROM pg_class c
+               JOIN pg_attribute a ON a.attrelid = c.oid AND a.attname = 'tenant_id'
+               JOIN pg_namespace s ON s.oid = c.relnamespace AND s.nspname = 'public'
+              WHERE c.relkind IN ('r', 'p') AND NOT c.relispartition
+                AND c.relname NOT IN ('tenants', 'erasure_plans')
+              ORDER BY 1 LOOP
+        EXECUTE format('SELECT count(*) FROM %I WHERE tenant_id = $1', t) INTO n USING p_tenant;
+        IF n > 0 THEN
+            table_name := t; rows_left := n; RETURN NEXT;
+        END IF;
+    END LOOP;
+    PERFORM set_config('memgate.tenant_id', platform, true);
+END $$;
+REVOKE ALL ON FUNCTION memgate_tenant_needles(uuid, integer),
+    memgate_erase_tenant(uuid, boolean), memgate_tenant_left(uuid) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION memgate_tenant_needles(uuid, integer),
+    memgate_erase_tenant(uuid, boolean), memgate_tenant_left(uuid) TO {APP_ROLE};
+
+-- Audit rows stay append-only, with one way out: the table owner (the function above, nothing
+-- at request time otherwise) deleting the chain of a retired tenant it named for that purpose.
+CREATE OR REPLACE FUNCTION audit_reject_mutation() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'DELETE' AND TG_LEVEL = 'ROW'
+       AND OLD.tenant_id::text = current_setting('memgate.audit_drop_tenant', true)
+       AND (SELECT c.relowner FROM pg_class c WHERE c.oid = TG_RELID)
+           = (SELECT r.oid FROM pg_roles r WHERE r.rolname = current_user)
+       AND EXISTS (SELECT 1 FROM tenants t
+                    WHERE t.tenant_id = OLD.tenant_id AND t.retired_at IS NOT NULL) THEN
+        RETURN OLD;
+    END IF;
+    RAISE EXCEPTION 'audit tables are append-only (% on %)', TG_OP, TG_TABLE_NAME
+        USING ERRCODE = 'insufficient_privilege';
+END $$;
+"""
+REJECT_MUTATION = """
+CREATE OR REPLACE FUNCTION audit_reject_mutation() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'audit tables are append-only (% on %)', TG_OP, TG_TABLE_NAME
+        USING ERRCODE = 'insufficient_privilege';
+END $$;
+"""
+
 MAINTAIN = f"""
 DO $$
 BEGIN
@@ -294,6 +454,7 @@ def upgrade() -> None:
     op.execute("SET LOCAL lock_timeout = '5s'")
     op.execute(SCHEMA)
     op.execute(FUNCTIONS)
+    op.execute(TENANT_ERASURE)
     op.execute(MAINTAIN % {"verb": "GRANT", "direction": "TO"})
     op.execute(_statistics(0))
 
@@ -302,6 +463,11 @@ def downgrade() -> None:
     op.execute("SET LOCAL lock_timeout = '5s'")
     op.execute(_statistics(-1))
     op.execute(MAINTAIN % {"verb": "REVOKE", "direction": "FROM"})
+    op.execute(REJECT_MUTATION)
+    op.execute(
+        "DROP FUNCTION memgate_tenant_left(uuid), memgate_erase_tenant(uuid, boolean), "
+        "memgate_tenant_needles(uuid, integer)"
+    )
     op.execute(
         "DROP FUNCTION memgate_erasure_left(uuid[], uuid[]), memgate_erasure_execute(uuid), "
         "memgate_erasure_nearest(uuid[], text[]), memgate_erasure_values(uuid), "

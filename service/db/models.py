@@ -873,6 +873,8 @@ class ErasurePlan(Base):
     rewrite: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default=text("true"))
     reason: Mapped[str] = mapped_column(Text, nullable=False)
     fingerprint: Mapped[bytes] = mapped_column(LargeBinary, nullable=False)
+    erased_tenant: Mapped[uuid.UUID | None] = mapped_column(UUID)
+    """Set on a tenant's deletion (kept in the platform tenant): the tenant it erased."""
     planned_by: Mapped[uuid.UUID] = mapped_column(UUID, nullable=False)
     planned_at: Mapped[datetime] = _now()
     executed_by: Mapped[uuid.UUID | None] = mapped_column(UUID)

@@ -26,7 +26,7 @@ def _service(call: Call, runtime: Runtime) -> ErasureService:
     return ErasureService(call.db, runtime, facts=call.facts)
 
 
-async def _finalize(runtime: Runtime, call: Call, done: Finalisation) -> None:
+async def finalize_after(runtime: Runtime, call: Call, done: Finalisation) -> None:
     """After the execution's answer (its transaction committed): the finalisation, a call of
     its own, audited as `erasure.finalize`."""
     assert call.caller is not None
@@ -37,7 +37,7 @@ async def _finalize(runtime: Runtime, call: Call, done: Finalisation) -> None:
         token=call.token,
         caller=call.caller,
         method="POST",
-        route="/v1/erasures/{id}/execute",
+        route=call.route,
     ) as finishing:
         await _service(finishing, runtime).finalize(call.caller, done)
 
@@ -91,7 +91,7 @@ class ErasureController(Controller):
         receipt, done = await service.execute(
             request.user, request.auth.subject, parse_id(erasure_id), data.version
         )
-        background = None if done is None else BackgroundTask(_finalize, runtime, call, done)
+        background = None if done is None else BackgroundTask(finalize_after, runtime, call, done)
         return Response(receipt, background=background, headers={"Cache-Control": "no-store"})
 
     @get("/{erasure_id:str}/proof", response_headers=NO_STORE, **route(ops.ERASURE_PROOF))

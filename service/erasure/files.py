@@ -32,6 +32,32 @@ TOUCHED_TABLES = (
 )
 """The tables an erasure deletes from or rewrites (migration 20261203_erasure grants the app
 role MAINTAIN on them)."""
+TENANT_TABLES = (
+    *TOUCHED_TABLES,
+    "erasure_tombstones",
+    "job_runs",
+    "audit_pseudonym_keys",
+    "principals",
+    "clients",
+    "spaces",
+    "space_grants",
+    "casbin_rule",
+    "teams",
+    "delegations",
+    "role_grants",
+    "principal_roles",
+    "tenant_issuers",
+    "tenant_limits",
+    "quota_buckets",
+    "quota_slots",
+    "tenant_usage",
+    "tenants",
+    "audit_events",
+    "audit_heads",
+    "audit_checkpoints",
+)
+"""What a tenant's erasure deletes from (memgate_erase_tenant), the audit chain included for
+when the operator drops it."""
 MAX_NEEDLES = 200
 """Needles a scan looks for (the erased values first, then the names); the proof says when
 there were more."""
@@ -91,13 +117,13 @@ class Maintenance:
             return False
         return True
 
-    def vacuum(self, *, rewrite: bool) -> dict[str, str]:
+    def vacuum(self, tables: Sequence[str], *, rewrite: bool) -> dict[str, str]:
         """VACUUM (FULL when `rewrite`) then ANALYZE each touched table; per table 'ok' or the
         error's SQLSTATE (a server older than 17 without the owner's URL refuses: 42501)."""
         done: dict[str, str] = {}
         verb = sql.SQL("VACUUM (FULL, ANALYZE) {}" if rewrite else "VACUUM (ANALYZE) {}")
         with self._connect() as conn:
-            for table in TOUCHED_TABLES:
+            for table in tables:
                 try:
                     conn.execute(verb.format(sql.Identifier(table)))
                     done[table] = "ok"
@@ -105,9 +131,9 @@ class Maintenance:
                     done[table] = f"refused ({exc.sqlstate})"
         return done
 
-    def relation_files(self, directory: Path) -> list[tuple[str, Path]]:
+    def relation_files(self, directory: Path, tables: Sequence[str]) -> list[tuple[str, Path]]:
         with self._connect() as conn:
-            rows = conn.execute(_RELATIONS, {"tables": list(TOUCHED_TABLES)}).fetchall()
+            rows = conn.execute(_RELATIONS, {"tables": list(tables)}).fetchall()
         return [(str(name), directory / str(path)) for name, path in rows]
 
 

@@ -28,6 +28,9 @@ _LEFT = text(
     "SELECT rows_left, owned_left, vectors_left, dangling FROM memgate_erasure_left("
     "CAST(:ids AS uuid[]), CAST(:owners AS uuid[]))"
 )
+_TENANT_NEEDLES = text("SELECT value FROM memgate_tenant_needles(:tenant, :limit)")
+_ERASE_TENANT = text("SELECT layer, erased FROM memgate_erase_tenant(:tenant, :drop_audit)")
+_TENANT_LEFT = text("SELECT table_name, rows_left FROM memgate_tenant_left(:tenant)")
 _EXISTING_PRINCIPALS = text(
     "SELECT id FROM principals WHERE tenant_id = :tenant AND id = ANY (CAST(:ids AS uuid[]))"
 )
@@ -116,5 +119,34 @@ async def plan(
         statement = statement.with_for_update()
     found: ErasurePlan | None = await session.scalar(
         statement.execution_options(populate_existing=True)
+    )
+    return found
+
+
+async def tenant_needles(session: AsyncSession, tenant_id: uuid.UUID, limit: int) -> list[str]:
+    rows = await session.scalars(_TENANT_NEEDLES, {"tenant": tenant_id, "limit": limit})
+    return list(rows)
+
+
+async def erase_tenant(
+    session: AsyncSession, tenant_id: uuid.UUID, *, drop_audit: bool
+) -> dict[str, int]:
+    rows = await session.execute(_ERASE_TENANT, {"tenant": tenant_id, "drop_audit": drop_audit})
+    return {row.layer: int(row.erased) for row in rows}
+
+
+async def tenant_left(session: AsyncSession, tenant_id: uuid.UUID) -> dict[str, int]:
+    rows = await session.execute(_TENANT_LEFT, {"tenant": tenant_id})
+    return {row.table_name: int(row.rows_left) for row in rows}
+
+
+async def tenant_erasure(
+    session: AsyncSession, platform_id: uuid.UUID, tenant_id: uuid.UUID
+) -> ErasurePlan | None:
+    found: ErasurePlan | None = await session.scalar(
+        select(ErasurePlan)
+        .where(ErasurePlan.tenant_id == platform_id, ErasurePlan.erased_tenant == tenant_id)
+        .order_by(ErasurePlan.executed_at.desc())
+        .limit(1)
     )
     return found

@@ -27,7 +27,13 @@ from service.calls import Facts
 from service.db.base import uuid7
 from service.db.models import ErasurePlan
 from service.erasure import repository
-from service.erasure.files import MAX_NEEDLES, Maintenance, scan
+from service.erasure.files import (
+    MAX_NEEDLES,
+    TENANT_TABLES,
+    TOUCHED_TABLES,
+    Maintenance,
+    scan,
+)
 from service.erasure.problems import ErasureCriteriaEmpty, ErasureNotFound, ErasurePlanStale
 from service.erasure.schemas import (
     ErasureCreate,
@@ -64,6 +70,12 @@ GUARANTEES: dict[str, str] = {
     "providers": "not reached: the embedding or summarizer provider's own retention applies",
 }
 """Per layer, what the execution guarantees (docs/erasure.md has the table in full)."""
+_TENANT_AUDIT = {
+    False: "the tenant's audit chain is kept (ids, counts, pseudonyms, never content); its "
+    "actor map and pseudonym key are deleted, so no pseudonym resolves to anyone",
+    True: "the tenant's audit chain (rows, head, checkpoints), actor map and pseudonym key "
+    "are deleted; the deletion itself is audited in the platform chain",
+}
 _FILES = {
     True: "VACUUM FULL rewrites the touched tables and their indexes into new files after the "
     "commit; the proof scans the files before and after where they are local",
@@ -81,6 +93,7 @@ class Finalisation:
     rewrite: bool
     needles: list[bytes] = field(repr=False)
     local: bool
+    tables: tuple[str, ...] = TOUCHED_TABLES
 
 
 class ErasureService:
@@ -178,7 +191,7 @@ class ErasureService:
             [one.embedding for one in needles[:MAX_NEEDLES] if one.embedding is not None],
         )
         wanted, values = _needle_bytes(needles, row.names)
-        before, local = await self._scan_files(wanted)
+        before, local = await self._scan_files(wanted, TOUCHED_TABLES)
         counts = await repository.execute(self._session, row.id)
         mentions_left = await repository.reach(self._session, row.id)
         key = await self._runtime.pseudonyms.key(self._session, principal.tenant_id)
@@ -233,8 +246,10 @@ class ErasureService:
         """After the execution committed: VACUUM the touched tables (FULL when the plan asks),
         scan the files again for the same needles, and note it all in the plan's evidence."""
         maintenance = self._maintenance()
-        vacuum = await anyio.to_thread.run_sync(lambda: maintenance.vacuum(rewrite=done.rewrite))
-        after, _ = await self._scan_files(done.needles) if done.local else ({}, False)
+        vacuum = await anyio.to_thread.run_sync(
+            lambda: maintenance.vacuum(done.tables, rewrite=done.rewrite)
+        )
+        after, _ = await self._scan_files(done.needles, done.tables) if done.local else ({}, False)
         row = await self._row(principal, done.plan_id, lock=True)
         row.evidence = row.evidence | {
             "finalized": True,
@@ -263,14 +278,76 @@ class ErasureService:
             evidence=dict(row.evidence),
         )
 
-    async def _scan_files(self, needles: Sequence[bytes]) -> tuple[dict[str, Any], bool]:
+    async def erase_tenant(
+        self, principal: Principal, subject: str, tenant_id: uuid.UUID, *, drop_audit: bool
+    ) -> tuple[uuid.UUID, Receipt, Finalisation]:
+        """A tenant's deletion as an erasure (the platform admin's call, the tenant checked
+        disabled and its plan confirmed by service/tenants): every row of the tenant in one
+        transaction, the receipt signed and kept in the platform tenant, the files scanned
+        before; the finalisation VACUUMs every tenant table and scans again."""
+        values = await repository.tenant_needles(self._session, tenant_id, MAX_NEEDLES)
+        wanted = list(dict.fromkeys(value.encode() for value in values))
+        before, local = await self._scan_files(wanted, TENANT_TABLES)
+        counts = await repository.erase_tenant(self._session, tenant_id, drop_audit=drop_audit)
+        key = await self._runtime.pseudonyms.key(self._session, principal.tenant_id)
+        executed_at = datetime.now(UTC)
+        row = ErasurePlan(
+            tenant_id=principal.tenant_id,
+            id=uuid7(),
+            reason="tenant deletion",
+            fingerprint=b"",
+            planned_by=principal.principal_id,
+            state="executed",
+            executed_by=principal.principal_id,
+            executed_at=executed_at,
+            erased_tenant=tenant_id,
+            counts=counts,
+        )
+        claims = {
+            "v": RECEIPT_VERSION,
+            "erasure": str(row.id),
+            "tenant": str(principal.tenant_id),
+            "erased_tenant": str(tenant_id),
+            "requester": self._runtime.pseudonyms.compute(key, subject),
+            "executed_at": executed_at.isoformat(),
+            "counts": counts,
+            "audit_chain": "dropped" if drop_audit else "kept",
+            "guarantees": GUARANTEES | {"files": _FILES[True], "audit": _TENANT_AUDIT[drop_audit]},
+        }
+        row.receipt = await self._sign(claims)
+        row.evidence = {
+            "finalized": False,
+            "needles": {"values": len(wanted), "names": 0},
+            "files_before": before,
+        }
+        self._session.add(row)
+        await self._session.flush()
+        self._facts.add_targets([row.id])
+        done = Finalisation(principal.tenant_id, row.id, True, wanted, local, TENANT_TABLES)
+        return row.id, _receipt(row), done
+
+    async def tenant_proof(self, principal: Principal, tenant_id: uuid.UUID) -> dict[str, Any]:
+        """What a tenant's erasure left, table by table, with its evidence."""
+        row = await repository.tenant_erasure(self._session, principal.tenant_id, tenant_id)
+        return {
+            "erasure_id": None if row is None else str(row.id),
+            "checked_at": datetime.now(UTC).isoformat(),
+            "rows_left": await repository.tenant_left(self._session, tenant_id),
+            "evidence": {} if row is None else dict(row.evidence),
+        }
+
+    async def _scan_files(
+        self, needles: Sequence[bytes], tables: Sequence[str]
+    ) -> tuple[dict[str, Any], bool]:
         maintenance = self._maintenance()
         directory, why = await anyio.to_thread.run_sync(maintenance.local_data_directory)
         if directory is None:
             return {"scanned": False, "why": why}, False
         if not await anyio.to_thread.run_sync(maintenance.checkpoint):
             return {"scanned": False, "why": "CHECKPOINT refused: the files may lag"}, False
-        files = await anyio.to_thread.run_sync(lambda: maintenance.relation_files(directory))
+        files = await anyio.to_thread.run_sync(
+            lambda: maintenance.relation_files(directory, tables)
+        )
         result = await anyio.to_thread.run_sync(lambda: scan(files, needles))
         return {"scanned": True} | result, True
 

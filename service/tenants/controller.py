@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+import uuid
+from typing import Annotated, Any, Literal
 
-from litestar import Controller, Request, delete, get, patch, post, put
+from litestar import Controller, Request, Response, delete, get, patch, post, put
+from litestar.background_tasks import BackgroundTask
 from litestar.datastructures import ResponseHeader, State
 from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 from litestar.status_codes import HTTP_200_OK
 
 from service.auth.principal import Principal
 from service.auth.tokens import VerifiedToken
+from service.erasure.controller import finalize_after
+from service.erasure.service import ErasureService, Finalisation
 from service.http.deps import CallDep, Rt
 from service.http.params import parse_id
 from service.http.routes import route
@@ -25,19 +29,22 @@ from service.tenants.schemas import (
     TenantPage,
     TenantUpdate,
 )
-from service.tenants.service import TenantService, deletion_key
+from service.tenants.service import TenantEraser, TenantService, deletion_key
 
 AuthedRequest = Request[Principal, VerifiedToken, State]
 NO_STORE = [ResponseHeader(name="Cache-Control", value="no-store")]
 
 
-def _service(_: AuthedRequest, call: CallDep, runtime: Rt) -> TenantService:
+def _service(
+    _: AuthedRequest, call: CallDep, runtime: Rt, eraser: TenantEraser | None = None
+) -> TenantService:
     return TenantService(
         call.db,
         call,
         runtime.settings.memory,
         deletion_key(runtime.kek.raw),
         facts=call.facts,
+        eraser=eraser,
     )
 
 
@@ -114,10 +121,45 @@ class TenantController(Controller):
                 max_length=100,
             ),
         ] = None,
-    ) -> DeletionPlan:
-        """Without `confirm`: a dry-run plan of what would be removed, changing nothing. With
-        the plan's `confirm` (the tenant disabled, within its expiry): carried out."""
-        return await _service(request, call, runtime).delete(parse_id(tenant_id), confirm)
+        audit: Annotated[
+            Literal["keep", "drop"],
+            QueryParameter(
+                description="With `confirm`: keep the tenant's audit chain (content-free, its "
+                "pseudonyms unresolvable; the default) or drop it too."
+            ),
+        ] = "keep",
+    ) -> Response[DeletionPlan]:
+        """Without `confirm`: a dry-run plan of what would be erased, changing nothing. With
+        the plan's `confirm` (the tenant disabled, within its expiry): the tenant is erased in
+        one transaction and the answer carries the signed receipt; VACUUM and the files'
+        second scan follow the answer (GET /v1/tenants/{id}/proof)."""
+        done: list[Finalisation] = []
+        erasure = ErasureService(call.db, runtime, facts=call.facts)
+
+        async def erase(tenant_id: uuid.UUID) -> tuple[uuid.UUID, str]:
+            erasure_id, receipt, finalisation = await erasure.erase_tenant(
+                request.user, request.auth.subject, tenant_id, drop_audit=audit == "drop"
+            )
+            done.append(finalisation)
+            return erasure_id, receipt.receipt
+
+        service = _service(request, call, runtime, eraser=erase)
+        plan = await service.delete(parse_id(tenant_id), confirm)
+        background = BackgroundTask(finalize_after, runtime, call, done[0]) if done else None
+        return Response(plan, background=background, headers={"Cache-Control": "no-store"})
+
+    @get("/{tenant_id:str}/proof", response_headers=NO_STORE, **route(ops.TENANT_PROOF))
+    async def tenant_proof(
+        self, request: AuthedRequest, tenant_id: FromPath[str], call: CallDep, runtime: Rt
+    ) -> dict[str, Any]:
+        """What a deleted tenant's erasure left, table by table (the retired tenant row, and
+        its audit chain unless dropped, are all that may stay), with the erasure's evidence:
+        VACUUM and the database files' byte scan before and after, or why it could not look."""
+        target = parse_id(tenant_id)
+        await _service(request, call, runtime).get_any(target)
+        return await ErasureService(call.db, runtime, facts=call.facts).tenant_proof(
+            request.user, target
+        )
 
     @get("/{tenant_id:str}/limits", **route(ops.TENANT_LIMITS_GET))
     async def get_limits(

@@ -56,6 +56,14 @@ TENANT_DELETE = platform(
     ConfirmationInvalid,
 )
 
+TENANT_PROOF = platform(
+    "tenant.proof",
+    "getTenantErasureProof",
+    "What a deleted tenant's erasure left, and its evidence",
+    TenantNotFound,
+    read_only=True,
+)
+
 TENANT_LIMITS_GET = platform(
     "tenant.limits.get",
     "getTenantLimits",

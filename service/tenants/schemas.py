@@ -61,7 +61,8 @@ class DeletionCounts(msgspec.Struct, kw_only=True):
 
 
 class DeletionPlan(msgspec.Struct, kw_only=True):
-    """What a deletion removes (everything but the audit chain) and how to confirm it."""
+    """What a deletion erases (every row of the tenant; its audit chain too when asked) and how
+    to confirm it."""
 
     tenant_id: uuid.UUID
     disabled: bool
@@ -73,6 +74,11 @@ class DeletionPlan(msgspec.Struct, kw_only=True):
     still enabled."""
     expires_at: datetime | None
     deleted: bool = False
+    erasure_id: uuid.UUID | None = None
+    """Once deleted: the erasure that did it (its proof: GET /v1/tenants/{id}/proof)."""
+    receipt: str | None = None
+    """Once deleted: the erasure's signed, content-free receipt (a compact JWS made with the
+    audit checkpoint key, GET /v1/audit/keys)."""
 
 
 class TenantUsage(msgspec.Struct, kw_only=True):

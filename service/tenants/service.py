@@ -53,12 +53,14 @@ from service.tenants.settings import SettingsInvalid, merged
 
 CONFIRM_SECONDS = 600
 """How long a deletion plan's confirmation value holds."""
-KEEPS = ["audit chain (append-only)", "tenant id (retired, never reused)"]
+KEEPS = [
+    "audit chain (content-free; `audit=drop` deletes it too), its pseudonyms unresolvable",
+    "tenant id (retired, never reused)",
+]
 _PLAN = text(
     "SELECT memory_count, space_count, principal_count, client_count, policy_rule_count, "
     "audit_row_count FROM memgate_tenant_plan(:tenant)"
 )
-_RETIRE = text("SELECT memgate_retire_tenant(:tenant)")
 
 
 class PlatformCaller(Protocol):
@@ -71,6 +73,14 @@ class PlatformCaller(Protocol):
         """`name_for(tenant_id)` for a block, the caller's own tenant again after it."""
 
 
+class TenantEraser(Protocol):
+    """How a confirmed deletion erases the tenant (service/erasure: one transaction, a signed
+    receipt kept in the platform tenant, the files scanned and VACUUMed)."""
+
+    async def __call__(self, tenant_id: uuid.UUID) -> tuple[uuid.UUID, str]:
+        """Erase every row of the tenant; (the erasure's id, its signed receipt)."""
+
+
 class TenantService:
     def __init__(
         self,
@@ -80,9 +90,12 @@ class TenantService:
         deletion_key: bytes,
         *,
         facts: Facts,
+        eraser: TenantEraser | None = None,
     ) -> None:
         """`limits`: the operator's memory limits, which tenant settings may only tighten.
-        `deletion_key`: the key deletion confirmations are MACed with (`deletion_key()`)."""
+        `deletion_key`: the key deletion confirmations are MACed with (`deletion_key()`).
+        `eraser`: what carries out a confirmed deletion (the DELETE route gives it)."""
+        self._eraser = eraser
         self._session = session
         self._caller = caller
         self._limits = limits
@@ -131,6 +144,15 @@ class TenantService:
 
     async def get(self, tenant_id: uuid.UUID) -> TenantOut:
         return _out(await self._row(tenant_id))
+
+    async def get_any(self, tenant_id: uuid.UUID) -> None:
+        """The tenant exists, retired (deleted) or not: 404 otherwise."""
+        found = await self._session.scalar(
+            select(Tenant.tenant_id).where(Tenant.tenant_id == tenant_id)
+        )
+        if found is None:
+            raise TenantNotFound(f"No tenant {tenant_id}.")
+        self._facts.add_targets([tenant_id])
 
     async def limits(self, tenant_id: uuid.UUID) -> TenantLimits:
         await self._row(tenant_id)
@@ -202,10 +224,13 @@ class TenantService:
                 "plan counted has changed. Ask DELETE without 'confirm' for a fresh plan. "
                 "Nothing was changed."
             )
-        removed = await self._session.scalar(_RETIRE, {"tenant": str(tenant_id)})
-        self._facts.count(int(removed or 0))
+        if self._eraser is None:
+            raise TypeError("a confirmed deletion needs the eraser")
+        erasure_id, receipt = await self._eraser(tenant_id)
+        self._facts.count(counts.memories)
         plan = self._plan(tenant_id, counts, row.disabled_at)
         plan.confirm, plan.expires_at, plan.deleted = None, None, True
+        plan.erasure_id, plan.receipt = erasure_id, receipt
         return plan
 
     def _plan(

@@ -680,6 +680,7 @@ PROBES: tuple[Probe, ...] = (
     ),
     _id(f"POST {TENANT}/enable", "/v1/tenants/{value}/enable", "tenant", _tenant_id, PLATFORM_ONLY),
     _id(f"GET {TENANT}/limits", "/v1/tenants/{value}/limits", "tenant", _tenant_id, PLATFORM_ONLY),
+    _id(f"GET {TENANT}/proof", "/v1/tenants/{value}/proof", "tenant", _tenant_id, PLATFORM_ONLY),
     _id(f"PUT {TENANT}/limits", "/v1/tenants/{value}/limits", "tenant", _tenant_id, PLATFORM_ONLY),
     _id(
         f"PUT {TENANT}/clients/{{id}}/limits",

@@ -35,6 +35,7 @@ TENANT_ROUTES: tuple[TenantRoute, ...] = (
     TenantRoute("POST", "/v1/tenants/{id}/disable"),
     TenantRoute("POST", "/v1/tenants/{id}/enable"),
     TenantRoute("DELETE", "/v1/tenants/{id}"),
+    TenantRoute("GET", "/v1/tenants/{id}/proof"),
     TenantRoute("GET", "/v1/tenants/{id}/limits"),
     TenantRoute("PUT", "/v1/tenants/{id}/limits", {"requests_per_second": 5}),
     # The client id is the tenant's id again: a client that exists nowhere.
