@@ -20,6 +20,7 @@ from service.policy.powers import holds_role
 from service.policy.problems import AgentPolicyReadOff
 from service.policy.rules import AUDITOR, ERASER
 from service.policy.service import PolicyService
+from service.problems import Problem
 
 if TYPE_CHECKING:
     from service.calls import Call
@@ -39,12 +40,20 @@ async def requires_policy_admin(call: Call) -> None:
 
 async def requires_auditor(call: Call) -> None:
     """The caller reaches role:auditor in its tenant."""
-    caller = _caller(call)
-    if not await holds_role(call.db, caller.tenant_id, caller.principal_id, AUDITOR):
-        raise AuditorRoleRequired(
+    await _requires_role(
+        call,
+        AUDITOR,
+        AuditorRoleRequired(
             "Reading the audit log needs the auditor role as well as 'read:audit'. An admin "
             "grants it with PUT /v1/principals/{principal_id}/roles/auditor."
-        )
+        ),
+    )
+
+
+async def _requires_role(call: Call, role: str, refusal: Problem) -> None:
+    caller = _caller(call)
+    if not await holds_role(call.db, caller.tenant_id, caller.principal_id, role):
+        raise refusal
 
 
 async def agents_may_read_policy(call: Call) -> None:
@@ -69,9 +78,11 @@ async def agents_may_read_policy(call: Call) -> None:
 
 async def requires_eraser(call: Call) -> None:
     """The caller reaches role:eraser in its tenant."""
-    caller = _caller(call)
-    if not await holds_role(call.db, caller.tenant_id, caller.principal_id, ERASER):
-        raise EraserRoleRequired(
+    await _requires_role(
+        call,
+        ERASER,
+        EraserRoleRequired(
             "Erasure needs the eraser role as well as 'manage:erasure'. An admin holding "
             "'manage:erasure' grants it with PUT /v1/principals/{principal_id}/roles/eraser."
-        )
+        ),
+    )
