@@ -5,8 +5,10 @@
   refused when the data changed since), and once executed the erased ids, the counts per layer,
   the signed receipt and the proof's evidence. Executing replaces the subjects by their audit
   pseudonyms and clears the names: afterwards the row holds ids, counts and digests only.
-- `erasure_tombstones`: the content hashes of erased rows (unless the plan asked otherwise): a
-  write of the same normalized text is refused in the tenant (`content-erased`).
+- `erasure_tombstones`: the content hashes of erased rows by space (unless the plan asked
+  otherwise): a write of the same normalized text into that space is refused
+  (`content-erased`). By space, not tenant-wide: a writer elsewhere could otherwise test
+  guesses of an erased text against the 409 (red team, finding 5).
 - `memgate_erasure_reach(plan)`, `memgate_erasure_values(plan)`, `memgate_erasure_nearest(...)`,
   `memgate_erasure_execute(plan)`, `memgate_erasure_left(ids, owners)`: SECURITY DEFINER
   (owner), like revocation's functions: an erasure reaches every space of the tenant, which
@@ -110,10 +112,11 @@ GRANT SELECT, INSERT, UPDATE ON erasure_plans TO {APP_ROLE};
 
 CREATE TABLE erasure_tombstones (
     tenant_id uuid NOT NULL,
+    space_id uuid NOT NULL,
     content_hash bytea NOT NULL,
     erasure_id uuid NOT NULL,
     erased_at timestamptz NOT NULL DEFAULT now(),
-    CONSTRAINT pk_erasure_tombstones PRIMARY KEY (tenant_id, content_hash),
+    CONSTRAINT pk_erasure_tombstones PRIMARY KEY (tenant_id, space_id, content_hash),
     CONSTRAINT fk_erasure_tombstones_tenant_id_tenants FOREIGN KEY (tenant_id)
         REFERENCES tenants (tenant_id) ON DELETE CASCADE
 );
@@ -223,8 +226,8 @@ BEGIN
       FROM memgate_erasure_reach(p_plan) r WHERE r.why <> 'mention';
 
     IF p.keep_tombstones THEN
-        INSERT INTO erasure_tombstones (tenant_id, content_hash, erasure_id)
-            SELECT DISTINCT m.tenant_id, m.content_hash, p.id FROM memories m
+        INSERT INTO erasure_tombstones (tenant_id, space_id, content_hash, erasure_id)
+            SELECT DISTINCT m.tenant_id, m.space_id, m.content_hash, p.id FROM memories m
              WHERE m.tenant_id = p.tenant_id AND m.id = ANY (ids) AND m.retracted_at IS NULL
             ON CONFLICT DO NOTHING;
         GET DIAGNOSTICS n = ROW_COUNT;

@@ -892,16 +892,17 @@ class ErasurePlan(Base):
 
 
 class ErasureTombstone(Base):
-    """The content hash of an erased memory: the same normalized text is not written again in
-    the tenant (service/memory/service.py refuses it as `content-erased`)."""
+    """The content hash of an erased memory in its space: the same normalized text is not
+    written there again (service/memory/service.py refuses it as `content-erased`)."""
 
     __tablename__ = "erasure_tombstones"
     __table_args__ = (
-        PrimaryKeyConstraint("tenant_id", "content_hash"),
+        PrimaryKeyConstraint("tenant_id", "space_id", "content_hash"),
         ForeignKeyConstraint(["tenant_id"], ["tenants.tenant_id"], ondelete="CASCADE"),
     )
 
     tenant_id: Mapped[uuid.UUID] = mapped_column(UUID)
+    space_id: Mapped[uuid.UUID] = mapped_column(UUID)
     content_hash: Mapped[bytes] = mapped_column(LargeBinary)
     erasure_id: Mapped[uuid.UUID] = mapped_column(UUID, nullable=False)
     erased_at: Mapped[datetime] = _now()

@@ -71,8 +71,9 @@ class ErasureController(Controller):
     async def get_erasure(
         self, request: AuthedRequest, erasure_id: FromPath[str], call: CallDep, runtime: Rt
     ) -> ErasurePlanOut:
-        """An erasure plan as it reaches today's data, or, once executed, its counts and
-        receipt (names cleared, subjects and owners as pseudonyms)."""
+        """An erasure plan as it reaches today's data, or, once executed, its receipt (its
+        counts per layer and erased ids are in the receipt; the lists are then empty, names
+        cleared, subjects and owners as pseudonyms)."""
         return await _service(call, runtime).get(request.user, parse_id(erasure_id))
 
     @post("/{erasure_id:str}/execute", status_code=200, **route(ops.ERASURE_EXECUTE))

@@ -11,6 +11,7 @@ replicas or backups (docs/erasure.md)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,6 +62,8 @@ when the operator drops it."""
 MAX_NEEDLES = 200
 """Needles a scan looks for (the erased values first, then the names); the proof says when
 there were more."""
+MAX_SCAN_BYTES = 8 << 30
+"""Bytes a scan reads at most (8 GiB); past it the proof says the scan is incomplete."""
 _CHUNK = 8 << 20
 
 # Every file of the touched tables: the heap, its TOAST table and TOAST index, every index.
@@ -123,6 +126,9 @@ class Maintenance:
         done: dict[str, str] = {}
         verb = sql.SQL("VACUUM (FULL, ANALYZE) {}" if rewrite else "VACUUM (ANALYZE) {}")
         with self._connect() as conn:
+            # A rewrite queued behind a long transaction would hold every reader of the table
+            # behind it: give up on that table instead (the proof says which).
+            conn.execute("SET lock_timeout = '5s'")
             for table in tables:
                 try:
                     conn.execute(verb.format(sql.Identifier(table)))
@@ -137,22 +143,34 @@ class Maintenance:
         return [(str(name), directory / str(path)) for name, path in rows]
 
 
-def scan(files: Sequence[tuple[str, Path]], needles: Sequence[bytes]) -> dict[str, Any]:
+def scan(
+    files: Sequence[tuple[str, Path]], needles: Sequence[bytes], budget: int = MAX_SCAN_BYTES
+) -> dict[str, Any]:
     """How many of the files hold each needle (by its index), and which relations held any:
-    names of tables and indexes only, never the bytes."""
+    names of tables and indexes only, never the bytes. One pass per file for all needles (one
+    compiled alternation); `complete` is False when `budget` bytes ran out first."""
     found = [0] * len(needles)
     holding: set[str] = set()
+    wanted = [needle for needle in needles if needle]
+    pattern = re.compile(b"|".join(re.escape(one) for one in wanted)) if wanted else None
     longest = max((len(needle) for needle in needles), default=0)
-    scanned = 0
+    scanned, read = 0, 0
     for relation, base in files:
         for segment in _segments(base):
+            if read >= budget:
+                return _scanned(scanned, found, holding, complete=False)
             scanned += 1
-            hits = _scan_file(segment, needles, longest)
+            hits, size = _scan_file(segment, pattern, needles, longest)
+            read += size
             for index in hits:
                 found[index] += 1
             if hits:
                 holding.add(relation)
-    return {"files": scanned, "found": found, "relations": sorted(holding)}
+    return _scanned(scanned, found, holding, complete=True)
+
+
+def _scanned(files: int, found: list[int], holding: set[str], *, complete: bool) -> dict[str, Any]:
+    return {"files": files, "found": found, "relations": sorted(holding), "complete": complete}
 
 
 def _segments(base: Path) -> list[Path]:
@@ -165,17 +183,27 @@ def _segments(base: Path) -> list[Path]:
     return segments
 
 
-def _scan_file(path: Path, needles: Sequence[bytes], longest: int) -> set[int]:
+def _scan_file(
+    path: Path, pattern: re.Pattern[bytes] | None, needles: Sequence[bytes], longest: int
+) -> tuple[set[int], int]:
+    """The indexes of the needles the file holds, and the bytes read. One pass of the compiled
+    alternation per chunk; only a chunk where it matches is searched needle by needle (a
+    needle inside another's match, a name inside an erased value, is then found too). A match
+    may span two chunks: each window keeps the last `longest` bytes of the one before."""
     hits: set[int] = set()
-    overlap = b""
+    overlap, size = b"", 0
+    if pattern is None:
+        return hits, size
     try:
         with path.open("rb") as handle:
             while chunk := handle.read(_CHUNK):
+                size += len(chunk)
                 window = overlap + chunk
-                for index, needle in enumerate(needles):
-                    if index not in hits and needle in window:
-                        hits.add(index)
+                if pattern.search(window) is not None:
+                    hits.update(
+                        i for i, needle in enumerate(needles) if needle and needle in window
+                    )
                 overlap = window[-longest:] if longest else b""
     except FileNotFoundError:  # rewritten away while scanning: nothing of it is left
-        return hits
-    return hits
+        return hits, size
+    return hits, size

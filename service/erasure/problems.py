@@ -32,5 +32,5 @@ class ErasurePlanStale(
 
 
 class ContentErased(Problem, slug="content-erased", status=409, title="Content was erased"):
-    """The value, normalized, equals a memory that was erased in your tenant: its content hash
-    is kept as a tombstone so the same text is not learned again. Nothing was written."""
+    """The value, normalized, equals a memory that was erased from this space: its content hash
+    is kept as a tombstone so the same text is not learned again there. Nothing was written."""

@@ -26,7 +26,7 @@ Reason = Annotated[
         min_length=1,
         max_length=1000,
         description="Why (the request's reference, e.g. 'GDPR art. 17 request 2026-114'). It "
-        "may not contain a name of the plan nor quote an erased value (422).",
+        "may not contain a name of the plan (422). It is kept with the plan: no content.",
     ),
 ]
 
@@ -93,6 +93,8 @@ class ErasurePlanOut(msgspec.Struct, kw_only=True):
     """Rows outside the erasure whose text mentions a name: for a person to resolve (rewrite
     or erase). They are not erased by this plan."""
     counts: PlanCounts
+    truncated: bool = False
+    """A list above holds its first 1000 rows only (`counts` counts them all)."""
     executed_at: datetime | None = None
     receipt: str | None = None
     """The signed receipt (a compact JWS) once executed."""
@@ -113,7 +115,8 @@ class Proof(msgspec.Struct, kw_only=True):
     rows_left: int
     """Erased ids still in the memory table (0 once executed)."""
     owned_left: int
-    """Memories still written by the plan's owners (new ones since are counted too)."""
+    """Memories still written by the plan's owners: now while planned; once executed, as the
+    execution left them (the plan keeps no owner id afterwards)."""
     vectors_left: int
     """Vectors still stored for erased ids (0 once executed)."""
     dangling_references: int

@@ -44,7 +44,6 @@ from service.erasure.schemas import (
     Row,
 )
 from service.identity.problems import PrincipalNotFound
-from service.memory.normalize import quotes
 from service.memory.problems import MemoryNotFound
 from service.memory.service import not_found_detail
 from service.problems import ServiceUnavailable
@@ -52,6 +51,8 @@ from service.revocation import repository as revocations
 from service.revocation.problems import ReasonQuotesContent
 from service.runtime import Runtime
 
+LISTED_ROWS = 1000
+"""Rows a plan lists per kind (every one is counted, and erased: the receipt lists them all)."""
 RECEIPT_TYPE = "memgate-erasure-receipt+jws"
 RECEIPT_VERSION = "memgate.erasure.receipt.v1"
 GUARANTEES: dict[str, str] = {
@@ -135,7 +136,6 @@ class ErasureService:
         for memory_id in row.memory_ids:
             if memory_id not in named:
                 raise MemoryNotFound(not_found_detail(memory_id))
-        await self._refuse_quoting(row)
         row.fingerprint = repository.fingerprint(reached)
         await self._session.flush()
         self._facts.add_targets([row.id])
@@ -165,11 +165,24 @@ class ErasureService:
         self, principal: Principal, subject: str, plan_id: uuid.UUID, version: int
     ) -> tuple[Receipt, Finalisation | None]:
         """The receipt, and what the finalisation needs once this commits (None when the plan
-        was executed already: the same receipt again, nothing to do)."""
+        was executed already, the same receipt again, or erased nothing).
+
+        The files are scanned before the tenant's writes are held out (a scan of a large
+        cluster takes a while): the needles are the values of the rows and versions the plan
+        reaches, which the fingerprint, checked under the lock, proves are what is erased."""
+        peeked = await self._row(principal, plan_id)
+        if peeked.state == "executed":
+            return _receipt(peeked), None
+        needles = await repository.needles(self._session, plan_id)
+        wanted, total = _needle_bytes(needles)
+        before, local = (
+            await self._scan_files(wanted, TOUCHED_TABLES)
+            if wanted
+            else ({"scanned": False, "why": "nothing to look for"}, False)
+        )
         await revocations.hold_out_writes(self._session, principal.tenant_id)
         row = await self._row(principal, plan_id, lock=True)
-        if row.state == "executed":
-            assert row.receipt is not None
+        if row.state == "executed":  # a concurrent execution committed first
             return _receipt(row), None
         reached = await repository.reach(self._session, row.id)
         if version != row.version or repository.fingerprint(reached) != row.fingerprint:
@@ -183,17 +196,15 @@ class ErasureService:
                 + ". Plan it again (POST /v1/erasures/{id}/plan), review it, and execute that "
                 "version. Nothing was erased."
             )
-        needles = await repository.needles(self._session, row.id)
         erased = sorted(one.memory_id for one in reached if one.why != "mention")
         nearest = await repository.nearest(
             self._session,
             erased,
             [one.embedding for one in needles[:MAX_NEEDLES] if one.embedding is not None],
         )
-        wanted, values = _needle_bytes(needles, row.names)
-        before, local = await self._scan_files(wanted, TOUCHED_TABLES)
         counts = await repository.execute(self._session, row.id)
         mentions_left = await repository.reach(self._session, row.id)
+        left = await repository.left(self._session, erased, row.owners)
         key = await self._runtime.pseudonyms.key(self._session, principal.tenant_id)
         pseudonym = self._runtime.pseudonyms.compute
         executed_at = datetime.now(UTC)
@@ -221,24 +232,39 @@ class ErasureService:
             principal.principal_id,
             executed_at,
         )
+        # Ids, counts and digests only from here: the subjects as their pseudonyms, no names,
+        # no owner ids (the receipt's pseudonyms would resolve through them).
         row.subjects = list(claims["criteria"]["subjects"])  # type: ignore[index]
-        row.names = []
+        row.owners, row.names = [], []
         row.erased, row.counts = erased, counts
+        found_before: list[int] = before.get("found", [])  # type: ignore[assignment]
         row.evidence = {
-            "finalized": False,
+            "finalized": not erased,
             "mentions_left": len(mentions_left),
+            "owned_left": left.owned,
+            # Similarities only: the nearest row may be one the eraser cannot read (red team,
+            # finding 4), so its id is not named.
             "nearest": [
-                {"needle": ordinal, "memory_id": str(memory_id), "similarity": round(similarity, 4)}
-                for ordinal, memory_id, similarity in nearest
+                {"needle": ordinal, "similarity": round(similarity, 4)}
+                for ordinal, _, similarity in nearest
             ],
-            # `found` of each scan counts the files holding each needle: the erased values
-            # first, then the names (which rows under review may still hold).
-            "needles": {"values": values, "names": len(wanted) - values},
+            # The needles are the erased values only, never the plan's names: the files hold
+            # every tenant's rows, and a name found there would tell of another tenant's text
+            # (red team, finding 1). `found[i]` counts the files holding value i.
+            "needles": {
+                "values": len(wanted),
+                "total": total,
+                "truncated": total > len(wanted),
+                # Values a scan can see at all (over ~2 kB they are stored compressed).
+                "observable": sum(1 for n in found_before if n > 0),
+            },
             "files_before": before,
         }
         await self._session.flush()
         self._facts.add_targets([row.id, *erased])
         self._facts.count(len(erased))
+        if not erased:  # nothing to VACUUM: no rewrite of shared tables for an empty plan
+            return _receipt(row), None
         finalisation = Finalisation(principal.tenant_id, row.id, row.rewrite, wanted, local)
         return _receipt(row), finalisation
 
@@ -267,12 +293,13 @@ class ErasureService:
         else:
             ids = list(row.erased)
         left = await repository.left(self._session, ids, row.owners)
+        executed = row.state == "executed"
         return Proof(
             erasure_id=row.id,
-            state="executed" if row.state == "executed" else "planned",
+            state="executed" if executed else "planned",
             checked_at=datetime.now(UTC),
             rows_left=left.rows,
-            owned_left=left.owned,
+            owned_left=int(row.evidence.get("owned_left", 0)) if executed else left.owned,
             vectors_left=left.vectors,
             dangling_references=left.dangling,
             evidence=dict(row.evidence),
@@ -317,7 +344,7 @@ class ErasureService:
         row.receipt = await self._sign(claims)
         row.evidence = {
             "finalized": False,
-            "needles": {"values": len(wanted), "names": 0},
+            "needles": {"values": len(wanted), "total": len(wanted), "truncated": False},
             "files_before": before,
         }
         self._session.add(row)
@@ -368,15 +395,6 @@ class ErasureService:
         payload = json.dumps(claims, sort_keys=True, separators=(",", ":")).encode()
         return jws.serialize_compact(header, payload, key, algorithms=[ALGORITHM])
 
-    async def _refuse_quoting(self, row: ErasurePlan) -> None:
-        for needle in await repository.needles(self._session, row.id):
-            if quotes(row.reason, needle.value):
-                raise ReasonQuotesContent(
-                    "The reason repeats words of a memory the plan erases. It is kept with the "
-                    "plan, so it may not carry the content: give the request's reference "
-                    "instead. Nothing changed."
-                )
-
     async def _row(
         self, principal: Principal, plan_id: uuid.UUID, *, lock: bool = False
     ) -> ErasurePlan:
@@ -388,8 +406,13 @@ class ErasureService:
 
     async def _out(self, row: ErasurePlan, reached: Sequence[repository.Reached]) -> ErasurePlanOut:
         lists: dict[str, list[Row]] = {why: [] for why in (*repository.ERASED_WHY, "mention")}
+        counted = dict.fromkeys(lists, 0)
         for one in reached:
-            lists[one.why].append(Row(id=one.memory_id, space_id=one.space_id, version=one.version))
+            counted[one.why] += 1
+            if counted[one.why] <= LISTED_ROWS:
+                lists[one.why].append(
+                    Row(id=one.memory_id, space_id=one.space_id, version=one.version)
+                )
         executed = row.state == "executed"
         return ErasurePlanOut(
             id=row.id,
@@ -409,13 +432,14 @@ class ErasureService:
             derived=lists["derived"],
             review=lists["mention"],
             counts=PlanCounts(
-                by_id=len(lists["id"]),
-                by_subject=len(lists["subject"]),
-                by_owner=len(lists["owner"]),
-                versions=len(lists["version"]),
-                derived=len(lists["derived"]),
-                review=len(lists["mention"]),
+                by_id=counted["id"],
+                by_subject=counted["subject"],
+                by_owner=counted["owner"],
+                versions=counted["version"],
+                derived=counted["derived"],
+                review=counted["mention"],
             ),
+            truncated=any(n > LISTED_ROWS for n in counted.values()),
             executed_at=row.executed_at,
             receipt=row.receipt,
         )
@@ -440,14 +464,10 @@ def _receipt(row: ErasurePlan) -> Receipt:
     return Receipt(erasure_id=row.id, receipt=row.receipt, claims=_claims(row))
 
 
-def _needle_bytes(
-    needles: Sequence[repository.Needle], names: Sequence[str]
-) -> tuple[list[bytes], int]:
-    """The erased values (as stored: UTF-8), then the names, at most MAX_NEEDLES; and how
-    many of them are values."""
+def _needle_bytes(needles: Sequence[repository.Needle]) -> tuple[list[bytes], int]:
+    """The erased values (as stored: UTF-8), at most MAX_NEEDLES, and how many there were."""
     values = list(dict.fromkeys(one.value.encode() for one in needles if one.value))
-    wanted = [*values, *(name.encode() for name in names)][:MAX_NEEDLES]
-    return wanted, min(len(values), MAX_NEEDLES)
+    return values[:MAX_NEEDLES], len(values)
 
 
 def _refuse_names_in_reason(reason: str, names: Sequence[str]) -> None:

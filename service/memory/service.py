@@ -344,8 +344,9 @@ class MemoryService:
             try:
                 [written] = await self._write_planned(principal, [planned], [vector])
             except GateRefused as refused:
-                [(_, problem)] = refused.failures
-                raise problem from None
+                # One write may be refused for two reasons (the write gate and a tombstone, or
+                # a revocation): the first answers, as the batch lists them in that order.
+                raise refused.failures[0][1] from None
             if self._quotas is not None:
                 # Counted by the insert's trigger; over quota: rolled back.
                 await self._quotas.check_storage(self._session, principal.tenant_id)
@@ -560,7 +561,11 @@ class MemoryService:
             else:
                 continue
             hidden[index] = (content | derived, note)
-        erased = [index for index, hashed in enumerate(hashes) if hashed in causes.erased]
+        erased = [
+            index
+            for index, (one, hashed) in enumerate(zip(planned, hashes, strict=True))
+            if (one.ref.space_id, hashed) in causes.erased
+        ]
         return hidden, erased
 
     async def write_batch(self, principal: Principal, batch: MemoryBatch) -> MemoryBatchWritten:
@@ -1355,8 +1360,8 @@ def content_revoked(ref: KeyRef, note: HiddenNote) -> ContentRevoked:
 def content_erased() -> ContentErased:
     """The answer to a write of content an erasure keeps as a tombstone."""
     return ContentErased(
-        "Its value, normalized, equals a memory that was erased in your tenant: the content "
-        "is not learned again. Nothing was written."
+        "Its value, normalized, equals a memory that was erased from this space: the content "
+        "is not learned again here. Nothing was written."
     )
 
 

@@ -214,9 +214,9 @@ class Causes:
 
     by_content: dict[tuple[uuid.UUID, bytes], set[uuid.UUID]]
     by_source: dict[uuid.UUID, set[uuid.UUID]]
-    erased: frozenset[bytes] = frozenset()
-    """Content hashes an erasure keeps as tombstones (service/erasure): refused anywhere in
-    the tenant, read in the same statement."""
+    erased: frozenset[tuple[uuid.UUID, bytes]] = frozenset()
+    """(space, content hash) pairs an erasure keeps as tombstones (service/erasure): refused
+    in that space, read in the same statement."""
 
     def of(
         self, space_id: uuid.UUID, content_hash: bytes, sources: Sequence[uuid.UUID]
@@ -264,9 +264,18 @@ def _causes_statement() -> Select[Any]:
         MemoryHiding.tenant_id == tenant,
         MemoryHiding.memory_id == any_(bindparam("cited", [], _UUIDS)),
     )
-    erased_rows = select(func.array_agg(func.encode(ErasureTombstone.content_hash, "hex"))).where(
+    erased_rows = select(
+        func.array_agg(
+            func.jsonb_build_array(
+                cast(ErasureTombstone.space_id, Text),
+                func.encode(ErasureTombstone.content_hash, "hex"),
+            )
+        )
+    ).where(
         ErasureTombstone.tenant_id == tenant,
-        ErasureTombstone.content_hash == any_(bindparam("wanted_hashes", [], _HASHES)),
+        tuple_(ErasureTombstone.space_id, ErasureTombstone.content_hash).in_(
+            select(wanted.c.space_id, wanted.c.content_hash)
+        ),
     )
     return select(
         by_content_rows.scalar_subquery(),
@@ -299,7 +308,9 @@ async def causes_of(
     by_source: dict[uuid.UUID, set[uuid.UUID]] = {}
     for memory_id, revocation_id in row[1] or []:
         by_source.setdefault(uuid.UUID(memory_id), set()).add(uuid.UUID(revocation_id))
-    erased = frozenset(bytes.fromhex(digest) for digest in row[2] or [])
+    erased = frozenset(
+        (uuid.UUID(space_id), bytes.fromhex(digest)) for space_id, digest in row[2] or []
+    )
     return Causes(by_content, by_source, erased)
 
 

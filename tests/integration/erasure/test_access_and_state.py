@@ -152,13 +152,24 @@ async def test_criteria_naming_another_tenants_principal_or_memory_is_404(api: A
     assert await scalar(api.runtime, "SELECT count(*) FROM erasure_plans") == 0
 
 
-async def test_a_reason_that_names_the_person_or_quotes_her_is_refused(api: Api) -> None:
+async def test_a_reason_that_names_the_person_is_refused(api: Api) -> None:
     await make_eraser(api)
     person = await filed_person(api)
-    for reason in (f"request of {NAME}", f"erase {CANARIES['note']}"):
-        response = await plan(api, person, reason=reason)
-        assert_problem(response, 422, "reason-quotes-content")
+    response = await plan(api, person, reason=f"request of {NAME}")
+    assert_problem(response, 422, "reason-quotes-content")
     assert await scalar(api.runtime, "SELECT count(*) FROM erasure_plans") == 0
+
+
+async def test_the_reason_is_no_oracle_for_text_the_eraser_cannot_read(api: Api) -> None:
+    """Red team, finding 3: a reason refused for quoting an erased value told the eraser, who
+    never sees the values, whether a guess was the text. The reason is checked against the
+    plan's names only."""
+    await make_eraser(api)
+    person = await filed_person(api)
+    right = await plan(api, person, names=[], reason=f"ref {CANARIES['note']}")
+    wrong = await plan(api, person, names=[], reason="ref zq7-canary-reorg Bob thinks otherwise")
+    assert (right.status_code, wrong.status_code) == (201, 201)
+    assert right.json()["counts"] == wrong.json()["counts"]
 
 
 async def test_execution_is_idempotent_and_refuses_a_stale_plan(api: Api) -> None:
@@ -240,5 +251,47 @@ async def test_a_plain_vacuum_is_reported_as_leaving_bytes_in_free_space(api: Ap
     facts = proof["evidence"]
     assert proof["rows_left"] == 0
     assert facts["vacuum"]["full"] is False
-    values = facts["needles"]["values"]
-    assert any(found > 0 for found in facts["files_after"]["found"][:values])
+    assert any(found > 0 for found in facts["files_after"]["found"])
+
+
+async def test_the_plans_names_are_never_looked_for_in_the_files(api: Api) -> None:
+    """Red team, finding 1: the files hold every tenant's rows, so a name scanned there told
+    whether another tenant stores a guessed text. And an execution that erases nothing
+    rewrites no shared table (finding 2)."""
+    other = await api.other_tenant()
+    stranger = await other.new_agent("mallory")
+    await other.remember(stranger, value="zq8-globex-secret merger with initech at 4.2B")
+    await make_eraser(api)
+    planned = await api.http.post(
+        "/v1/erasures",
+        json={
+            "subjects": ["service:nobody"],
+            "names": ["merger with initech at 4.2B", "merger with initech at 9.9B"],
+            "reason": "request 9",
+        },
+        headers=api.admin.headers,
+    )
+    assert planned.status_code == 201, planned.text
+    assert planned.json()["review"] == []
+    done = await api.http.post(
+        f"/v1/erasures/{planned.json()['id']}/execute",
+        json={"version": 1},
+        headers=api.admin.headers,
+    )
+    assert done.status_code == 200, done.text
+    assert done.json()["claims"]["counts"]["memories"] == 0
+    proof = (
+        await api.http.get(f"/v1/erasures/{planned.json()['id']}/proof", headers=api.admin.headers)
+    ).json()
+    facts = proof["evidence"]
+    assert facts["needles"]["values"] == 0
+    assert facts["files_before"] == {"scanned": False, "why": "nothing to look for"}
+    assert "files_after" not in facts
+    assert "vacuum" not in facts
+    assert facts["finalized"] is True
+    finalised = await scalar(
+        api.runtime,
+        "SELECT count(*) FROM audit_events WHERE tenant_id = :t AND action = 'erasure.finalize'",
+        t=api.tenant_id,
+    )
+    assert finalised == 0

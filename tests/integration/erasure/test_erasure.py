@@ -74,12 +74,20 @@ async def test_a_person_is_erased_everywhere_and_the_proof_says_so(api: Api) -> 
     assert all(table == "ok" for table in facts["vacuum"]["tables"].values()), facts["vacuum"]
     values = facts["needles"]["values"]
     assert values == len(CANARIES) + 1  # her five texts and the summary
+    assert facts["needles"] == {
+        "values": values,
+        "total": values,
+        "truncated": False,
+        "observable": values,
+    }
     assert facts["files_before"]["scanned"] is True
-    assert all(found > 0 for found in facts["files_before"]["found"][:values])
-    assert facts["files_after"]["found"][:values] == [0] * values, facts["files_after"]
+    assert facts["files_before"]["complete"] is True
+    assert all(found > 0 for found in facts["files_before"]["found"])
+    assert facts["files_after"]["found"] == [0] * values, facts["files_after"]
     assert "memories" in facts["files_before"]["relations"]
     assert [near["needle"] for near in facts["nearest"]] == list(range(1, values + 1))
     assert all(-1 <= near["similarity"] <= 1 for near in facts["nearest"])
+    assert all(set(near) == {"needle", "similarity"} for near in facts["nearest"])
     assert_no_canary(proof.text, "the proof")
 
     # No read surface, stored row, pseudonym mapping, audit row or log line has her texts.
@@ -115,6 +123,9 @@ async def test_a_person_is_erased_everywhere_and_the_proof_says_so(api: Api) -> 
         ).one()
         assert f"user:{person.alice.principal_id}" not in criteria.subjects
         assert (len(criteria.subjects), criteria.names, criteria.name_count) == (1, [], 1)
+        # No owner id either: it would resolve the receipt's owner pseudonym (finding 7).
+        owners = (await conn.execute(text("SELECT owners FROM erasure_plans"))).scalar_one()
+        assert owners == []
     mappings = await scalar(
         api.runtime,
         "SELECT count(*) FROM audit_actors WHERE principal_id = :p",
@@ -123,15 +134,34 @@ async def test_a_person_is_erased_everywhere_and_the_proof_says_so(api: Api) -> 
     assert mappings == 0
     assert_no_canary(repr(logs), "the logs")
 
-    # The tombstone: the same text is not learned again.
+    # The tombstone: the same text is not learned again where it was erased (the team space);
+    # elsewhere a write tells nothing of what was erased (red team, finding 5).
     again = await api.http.post(
         "/v1/memories",
         json={
             "subject": "service:search",
             "kind": "fact",
             "key": "again",
-            "value": CANARIES["note"],
+            "value": CANARIES["team"],
+            "space_id": person.team,
+            "new_key": True,
         },
         headers=person.bob.headers,
     )
     assert_problem(again, 409, "content-erased")
+    # Refused twice over (a new key past the write gate, and the tombstone): one problem, the
+    # gate's first, not a 500 (the single-write path unpacked exactly one refusal).
+    gated = await api.http.post(
+        "/v1/memories",
+        json={
+            "subject": "service:search",
+            "kind": "fact",
+            "key": "again",
+            "value": CANARIES["team"],
+            "space_id": person.team,
+        },
+        headers=person.bob.headers,
+    )
+    assert_problem(gated, 409, "key-choice-required")
+    elsewhere = await api.remember(person.bob, subject="service:x", value=CANARIES["team"])
+    assert elsewhere["value"] == CANARIES["team"]
