@@ -89,7 +89,6 @@ _FILES = {
 class Finalisation:
     """What the execution hands its finalisation (in memory only: the needles are content)."""
 
-    tenant_id: uuid.UUID
     plan_id: uuid.UUID
     rewrite: bool
     needles: list[bytes] = field(repr=False)
@@ -175,11 +174,10 @@ class ErasureService:
             return _receipt(peeked), None
         needles = await repository.needles(self._session, plan_id)
         wanted, total = _needle_bytes(needles)
-        before, local = (
-            await self._scan_files(wanted, TOUCHED_TABLES)
-            if wanted
-            else ({"scanned": False, "why": "nothing to look for"}, False)
-        )
+        before: dict[str, Any] = {"scanned": False, "why": "nothing to look for"}
+        local = False
+        if wanted:
+            before, local = await self._scan_files(wanted, TOUCHED_TABLES)
         await revocations.hold_out_writes(self._session, principal.tenant_id)
         row = await self._row(principal, plan_id, lock=True)
         if row.state == "executed":  # a concurrent execution committed first
@@ -208,6 +206,7 @@ class ErasureService:
         key = await self._runtime.pseudonyms.key(self._session, principal.tenant_id)
         pseudonym = self._runtime.pseudonyms.compute
         executed_at = datetime.now(UTC)
+        subjects = [pseudonym(key, one) for one in row.subjects]
         claims = {
             "v": RECEIPT_VERSION,
             "erasure": str(row.id),
@@ -216,7 +215,7 @@ class ErasureService:
             "requester": pseudonym(key, subject),
             "executed_at": executed_at.isoformat(),
             "criteria": {
-                "subjects": [pseudonym(key, one) for one in row.subjects],
+                "subjects": subjects,
                 "owners": [pseudonym(key, str(one)) for one in row.owners],
                 "memory_ids": [str(one) for one in row.memory_ids],
                 "names": row.name_count,
@@ -234,10 +233,10 @@ class ErasureService:
         )
         # Ids, counts and digests only from here: the subjects as their pseudonyms, no names,
         # no owner ids (the receipt's pseudonyms would resolve through them).
-        row.subjects = list(claims["criteria"]["subjects"])  # type: ignore[index]
+        row.subjects = subjects
         row.owners, row.names = [], []
         row.erased, row.counts = erased, counts
-        found_before: list[int] = before.get("found", [])  # type: ignore[assignment]
+        found_before: list[int] = before.get("found", [])
         row.evidence = {
             "finalized": not erased,
             "mentions_left": len(mentions_left),
@@ -265,7 +264,7 @@ class ErasureService:
         self._facts.count(len(erased))
         if not erased:  # nothing to VACUUM: no rewrite of shared tables for an empty plan
             return _receipt(row), None
-        finalisation = Finalisation(principal.tenant_id, row.id, row.rewrite, wanted, local)
+        finalisation = Finalisation(row.id, row.rewrite, wanted, local)
         return _receipt(row), finalisation
 
     async def finalize(self, principal: Principal, done: Finalisation) -> None:
@@ -350,7 +349,7 @@ class ErasureService:
         self._session.add(row)
         await self._session.flush()
         self._facts.add_targets([row.id])
-        done = Finalisation(principal.tenant_id, row.id, True, wanted, local, TENANT_TABLES)
+        done = Finalisation(row.id, True, wanted, local, TENANT_TABLES)
         return row.id, _receipt(row), done
 
     async def tenant_proof(self, principal: Principal, tenant_id: uuid.UUID) -> dict[str, Any]:

@@ -4,8 +4,6 @@ from her note by the consolidation job, and a teammate's fact that mentions her 
 
 from __future__ import annotations
 
-import base64
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -116,14 +114,6 @@ async def plan(api: Api, person: Person, **body: Any) -> httpx.Response:
         | body,
         headers=api.admin.headers,
     )
-
-
-def receipt_claims(compact: str) -> dict[str, Any]:
-    payload = compact.split(".")[1]
-    loaded: dict[str, Any] = json.loads(
-        base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4))
-    )
-    return loaded
 
 
 def assert_no_canary(text: str, where: str) -> None:

@@ -4,6 +4,9 @@ execute, receipt and proof, against the real migrations, policy and files."""
 from __future__ import annotations
 
 import json
+from typing import Any
+
+import httpx
 
 from service.audit.checkpoints import verify_signature
 from tests.fixtures.api import Api
@@ -12,6 +15,7 @@ from tests.integration.erasure.support import (
     CANARIES,
     MENTION,
     NAME,
+    Person,
     assert_no_canary,
     filed_person,
     make_eraser,
@@ -136,32 +140,26 @@ async def test_a_person_is_erased_everywhere_and_the_proof_says_so(api: Api) -> 
 
     # The tombstone: the same text is not learned again where it was erased (the team space);
     # elsewhere a write tells nothing of what was erased (red team, finding 5).
-    again = await api.http.post(
-        "/v1/memories",
-        json={
-            "subject": "service:search",
-            "kind": "fact",
-            "key": "again",
-            "value": CANARIES["team"],
-            "space_id": person.team,
-            "new_key": True,
-        },
-        headers=person.bob.headers,
-    )
+    again = await _team_text_again(api, person, new_key=True)
     assert_problem(again, 409, "content-erased")
     # Refused twice over (a new key past the write gate, and the tombstone): one problem, the
     # gate's first, not a 500 (the single-write path unpacked exactly one refusal).
-    gated = await api.http.post(
-        "/v1/memories",
-        json={
-            "subject": "service:search",
-            "kind": "fact",
-            "key": "again",
-            "value": CANARIES["team"],
-            "space_id": person.team,
-        },
-        headers=person.bob.headers,
-    )
+    gated = await _team_text_again(api, person)
     assert_problem(gated, 409, "key-choice-required")
     elsewhere = await api.remember(person.bob, subject="service:x", value=CANARIES["team"])
     assert elsewhere["value"] == CANARIES["team"]
+
+
+async def _team_text_again(api: Api, person: Person, **fields: Any) -> httpx.Response:
+    """Bob writes her erased team fact into the team space again."""
+    body = {
+        "subject": "service:search",
+        "kind": "fact",
+        "key": "again",
+        "value": CANARIES["team"],
+        "space_id": person.team,
+    }
+    response: httpx.Response = await api.http.post(
+        "/v1/memories", json=body | fields, headers=person.bob.headers
+    )
+    return response
