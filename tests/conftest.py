@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import os
+import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -41,6 +42,16 @@ from service.settings import (
 from tests.fixtures import entrance
 from tests.fixtures.api import Agent, Api, TestClient
 from tests.fixtures.postgres import app_login, postgres_server, with_database
+
+RAM_DISK = Path("/dev/shm")
+if "TMPDIR" not in os.environ and RAM_DISK.is_dir() and os.access(RAM_DISK, os.W_OK):
+    # Every temporary file of the run on a RAM disk where there is one: the suite's PostgreSQL
+    # cluster, the clusters CLI tests start, tmp_path. Cloning a test database writes a few
+    # hundred files; on this box's ext4 a clone took ~370 ms, on tmpfs ~20 ms. What the tests
+    # observe is the same; subprocesses inherit TMPDIR, a runner's own TMPDIR wins.
+    os.environ["TMPDIR"] = str(RAM_DISK)
+    tempfile.tempdir = None  # gettempdir() looks again
+
 
 pytest_plugins = ["tests.integration.auth.external_idp"]
 """Fixtures shared across feature folders (a fake external IdP), registered once here rather
