@@ -44,7 +44,7 @@ VARIANTS = {
     "stock (jit on, 2 workers)": {"jit": "on", "max_parallel_workers_per_gather": "2"},
     "jit off": {"jit": "off", "max_parallel_workers_per_gather": "2"},
     "parallel off": {"jit": "on", "max_parallel_workers_per_gather": "0"},
-    "both off (embedded)": {"jit": "off", "max_parallel_workers_per_gather": "0"},
+    "both off": {"jit": "off", "max_parallel_workers_per_gather": "0"},
 }
 Statement = Callable[[AsyncSession, list[float]], Awaitable[int]]
 
