@@ -43,7 +43,7 @@ from tests.fixtures import entrance
 from tests.fixtures.api import Agent, Api, TestClient
 from tests.fixtures.postgres import app_login, postgres_server, with_database
 
-RAM_DISK = Path("/dev/shm")
+RAM_DISK = Path("/dev/shm")  # noqa: S108 (a test run's own files, in folders mkdtemp makes)
 if "TMPDIR" not in os.environ and RAM_DISK.is_dir() and os.access(RAM_DISK, os.W_OK):
     # Every temporary file of the run on a RAM disk where there is one: the suite's PostgreSQL
     # cluster, the clusters CLI tests start, tmp_path. Cloning a test database writes a few
