@@ -42,6 +42,7 @@ from service.memory.recalls import RecallLog
 from service.observability.telemetry import instrument_engine
 from service.quotas.limiter import QUOTA_CONNECTIONS, Quotas
 from service.settings import Settings
+from service.shredding import Vault, key_store_from
 
 T = TypeVar("T")
 EMBEDDED_KEYS_TTL_SECONDS = 60.0
@@ -83,6 +84,9 @@ class Runtime:
     maintenance: Maintenance | None = None
     """How an erasure VACUUMs and scans the database files (service/erasure/files.py)."""
     replica: ReadReplica | None = None
+    vault: Vault | None = None
+    """Seals and opens crypto-shredding tenants' memory text (service/shredding); every session
+    of this runtime carries it (`vault_of(session)`)."""
     """The read replica read-only calls run on when it is fresh enough (service/db/replica.py),
     or None (`MEMGATE_READ_DATABASE_URL` empty)."""
 
@@ -263,7 +267,12 @@ async def build_runtime(
                 "to make the audit signing key; until then no checkpoint is signed",
             )
     replica = _read_replica(settings, database_url)
+    vault = Vault(key_store_from(settings), kek, on_kubernetes=settings.shredding.on_kubernetes)
+    for sessions in (sessionmaker, None if replica is None else replica.sessionmaker):
+        if sessions is not None:
+            sessions.configure(info={"vault": vault})
     return Runtime(
+        vault=vault,
         replica=replica,
         maintenance=Maintenance(owner_url=owner_url, app_url=database_url),
         settings=settings,

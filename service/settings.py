@@ -821,6 +821,44 @@ def parse_schedule(raw: str) -> tuple[tuple[str, float], ...]:
 
 
 @dataclass(frozen=True)
+class ShreddingSettings:
+    """Where crypto-shredding keeps its per-owner data keys (docs/erasure.md, "Crypto-shredding").
+
+    data_key_store: `MEMGATE_DATA_KEY_STORE`; `file` (the default: one wrapped key per file under
+        `data_key_dir`, on this machine only) or `module:factory`, the import path of a callable
+        taking these settings and returning a `service.shredding.DataKeyStore` (the KMS plug
+        point). The keys must live outside PostgreSQL: a copy of the database must not hold them.
+    data_key_dir: `MEMGATE_DATA_KEY_DIR`; the file store's folder (default: `data-keys` in the
+        data dir). Never inside the PostgreSQL data directory or anything backed up with it.
+    on_kubernetes: set when `KUBERNETES_SERVICE_HOST` is (a pod). There the file store is not
+        shared between replicas nor kept across pod restarts, so no tenant may turn
+        crypto-shredding on with it: use a KMS store.
+    """
+
+    data_key_store: str = "file"
+    data_key_dir: Path | None = None
+    on_kubernetes: bool = False
+
+    def __post_init__(self) -> None:
+        if self.data_key_store != "file" and ":" not in self.data_key_store:
+            raise ValueError(
+                "MEMGATE_DATA_KEY_STORE must be 'file' or 'module:factory' (a KMS plug point)"
+            )
+
+    def key_dir(self, data_dir: Path) -> Path:
+        return self.data_key_dir or data_dir / "data-keys"
+
+    @classmethod
+    def from_env(cls) -> ShreddingSettings:
+        folder = _env("MEMGATE_DATA_KEY_DIR", "")
+        return cls(
+            data_key_store=_env("MEMGATE_DATA_KEY_STORE", "file").strip() or "file",
+            data_key_dir=Path(folder) if folder else None,
+            on_kubernetes=bool(_env("KUBERNETES_SERVICE_HOST", "")),
+        )
+
+
+@dataclass(frozen=True)
 class Settings:
     database: DatabaseSettings = field(default_factory=DatabaseSettings)
     server: ServerSettings = field(default_factory=ServerSettings)
@@ -833,6 +871,7 @@ class Settings:
     recalls: RecallSettings = field(default_factory=RecallSettings)
     summarizer: SummarizerSettings = field(default_factory=SummarizerSettings)
     jobs: JobSettings = field(default_factory=JobSettings)
+    shredding: ShreddingSettings = field(default_factory=ShreddingSettings)
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -848,4 +887,5 @@ class Settings:
             recalls=RecallSettings.from_env(),
             summarizer=SummarizerSettings.from_env(),
             jobs=JobSettings.from_env(),
+            shredding=ShreddingSettings.from_env(),
         )

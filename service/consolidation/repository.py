@@ -26,10 +26,12 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
 
 from service.db.models import Memory, Space
+from service.memory.repository import SEALING
 from service.memory.reserved import ACROSS_KEY, SCOPE_KEY, SUMMARY_KIND
 from service.policy.space_settings import SpaceSettings
 from service.policy.space_settings import stored as stored_settings
 from service.policy.visible import Liveness, Visible
+from service.shredding import vault_of
 
 _UUIDS = ARRAY(UUID)
 
@@ -153,6 +155,7 @@ async def inputs_of(
         Memory.source,
         Memory.recorded_at,
         Memory.expires_at,
+        *SEALING,
     ).where(
         Memory.space_id == any_(_uuids(spaces)),
         Memory.subject == subject,
@@ -160,9 +163,14 @@ async def inputs_of(
     )
     if read_requires is not None:
         statement = statement.where(Memory.read_requires == _uuids(read_requires))
-    rows = await session.execute(
-        statement.order_by(Memory.recorded_at.desc(), Memory.id.desc()).limit(limit)
-    )
+    found = (
+        await session.execute(
+            statement.order_by(Memory.recorded_at.desc(), Memory.id.desc()).limit(limit)
+        )
+    ).all()
+    # A summary of a crypto-shredding tenant is made from the opened text (and sealed again
+    # when written, under the summary's owner's key).
+    plain = await vault_of(session).plaintexts(found)
     return [
         InputRow(
             row.id,
@@ -170,14 +178,14 @@ async def inputs_of(
             tuple(row.read_requires),
             row.key,
             row.kind,
-            row.value,
+            plain.get(row.id, row.value),
             row.version,
             bytes(row.content_hash),
             row.source,
             row.recorded_at,
             row.expires_at,
         )
-        for row in rows.all()
+        for row in found
     ]
 
 

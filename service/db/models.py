@@ -14,7 +14,6 @@ from sqlalchemy import (
     BigInteger,
     Boolean,
     CheckConstraint,
-    Computed,
     Date,
     DateTime,
     Double,
@@ -275,6 +274,12 @@ class Memory(Base):
             name="review_state",
         ),
         CheckConstraint("confidence >= 0 AND confidence <= 1", name="confidence"),
+        # A sealed row (crypto-shredding, migration 20261204_crypto_shredding) names its key
+        # and keeps no text in `value`.
+        CheckConstraint(
+            "(value_sealed IS NULL) = (value_key IS NULL) AND (value_sealed IS NULL OR value = '')",
+            name="sealed",
+        ),
     )
 
     tenant_id: Mapped[uuid.UUID] = mapped_column(UUID)
@@ -288,6 +293,12 @@ class Memory(Base):
     kind: Mapped[str] = mapped_column(Text, nullable=False)
     key: Mapped[str] = mapped_column(Text, nullable=False)
     value: Mapped[str] = mapped_column(Text, nullable=False)
+    """The text; "" on a sealed row, whose text is `value_sealed` (service/shredding)."""
+    value_sealed: Mapped[bytes | None] = mapped_column(LargeBinary)
+    """A crypto-shredding tenant's text: nonce + AES-256-GCM ciphertext under the owner's data
+    key, which lives outside PostgreSQL. NULL: the text is `value`."""
+    value_key: Mapped[uuid.UUID | None] = mapped_column(UUID)
+    """The id of the data key `value_sealed` is sealed under."""
     content_hash: Mapped[bytes] = mapped_column(LargeBinary, nullable=False)
     # Deferred: reads never need the vector back, and parsing 256 floats per row is not free.
     embedding: Mapped[Any] = mapped_column(
@@ -300,9 +311,9 @@ class Memory(Base):
     lexical_config: Mapped[str] = mapped_column(
         REGCONFIG, nullable=False, server_default=text("'simple'::regconfig")
     )
-    lexical: Mapped[Any] = mapped_column(
-        TSVECTOR, Computed("to_tsvector(lexical_config, value)", persisted=True), deferred=True
-    )
+    # Made from the text at write time: by the trigger `memories_lexical` from `value`, or, for
+    # a sealed row, by the insert from the plaintext (migration 20261204_crypto_shredding).
+    lexical: Mapped[Any] = mapped_column(TSVECTOR, deferred=True)
     valid_from: Mapped[datetime] = _now()
     valid_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     recorded_at: Mapped[datetime] = _now()
@@ -889,6 +900,11 @@ class ErasurePlan(Base):
     evidence: Mapped[dict[str, Any]] = mapped_column(
         JSONB, nullable=False, server_default=text("'{}'::jsonb")
     )
+    keys_pending: Mapped[list[uuid.UUID]] = mapped_column(
+        ARRAY(UUID), nullable=False, server_default=text("'{}'")
+    )
+    """The owners whose data keys the execution still has to destroy (after its commit, in
+    the finalisation; a retried execution finishes it). Emptied once they are destroyed."""
 
 
 class ErasureTombstone(Base):

@@ -13,12 +13,16 @@ from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.db.models import ErasurePlan
+from service.shredding import vault_of
 
 ERASED_WHY = ("id", "subject", "owner", "version", "derived")
 """Why a row is erased (the reach's labels); `mention` rows are for review only."""
 
 _REACH = text("SELECT memory_id, space_id, version, why FROM memgate_erasure_reach(:plan)")
 _VALUES = text("SELECT memory_id, value, embedding FROM memgate_erasure_values(:plan)")
+_SEALED = text(
+    "SELECT memory_id, owner_id, value_key, value_sealed FROM memgate_erasure_sealed(:plan)"
+)
 _NEAREST = text(
     "SELECT ord, memory_id, similarity FROM memgate_erasure_nearest("
     "CAST(:exclude AS uuid[]), CAST(:vectors AS text[])) ORDER BY ord"
@@ -51,6 +55,17 @@ class Needle:
     memory_id: uuid.UUID
     value: str
     embedding: str | None
+    sealed_by: uuid.UUID | None = None
+    """A sealed row's owner (whose data key it is sealed under); None: stored as text."""
+
+
+@dataclass(frozen=True)
+class _Sealed:
+    tenant_id: uuid.UUID
+    owner_id: uuid.UUID
+    id: uuid.UUID
+    value_key: uuid.UUID | None
+    value_sealed: bytes | None
 
 
 @dataclass(frozen=True)
@@ -74,9 +89,26 @@ def fingerprint(reached: Sequence[Reached]) -> bytes:
     return hashlib.sha256("\n".join(erased).encode()).digest()
 
 
-async def needles(session: AsyncSession, plan_id: uuid.UUID) -> list[Needle]:
+async def needles(session: AsyncSession, tenant_id: uuid.UUID, plan_id: uuid.UUID) -> list[Needle]:
+    """The erased rows' text (a sealed row's opened with its owner's key, still there before
+    the execution) and vectors."""
+    sealed = {
+        row.memory_id: _Sealed(
+            tenant_id, row.owner_id, row.memory_id, row.value_key, bytes(row.value_sealed)
+        )
+        for row in await session.execute(_SEALED, {"plan": plan_id})
+    }
+    plain = await vault_of(session).plaintexts(sealed.values())
     rows = await session.execute(_VALUES, {"plan": plan_id})
-    return [Needle(row.memory_id, row.value, row.embedding) for row in rows]
+    return [
+        Needle(
+            row.memory_id,
+            plain.get(row.memory_id, row.value),
+            row.embedding,
+            sealed[row.memory_id].owner_id if row.memory_id in sealed else None,
+        )
+        for row in rows
+    ]
 
 
 async def nearest(

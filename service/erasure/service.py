@@ -50,6 +50,7 @@ from service.problems import ServiceUnavailable
 from service.revocation import repository as revocations
 from service.revocation.problems import ReasonQuotesContent
 from service.runtime import Runtime
+from service.shredding import KeyStoreUnavailable, vault_of
 
 LISTED_ROWS = 1000
 """Rows a plan lists per kind (every one is counted, and erased: the receipt lists them all)."""
@@ -94,6 +95,37 @@ class Finalisation:
     needles: list[bytes] = field(repr=False)
     local: bool
     tables: tuple[str, ...] = TOUCHED_TABLES
+    owners: list[uuid.UUID] = field(default_factory=list, repr=False)
+    """Whose data keys to destroy (the plan's `keys_pending`), in `key_tenant`."""
+    key_tenant: uuid.UUID | None = None
+    whole_tenant: bool = False
+    """A deleted tenant (`key_tenant`): every data key of it is destroyed."""
+    vacuum: bool = True
+    """False for a retried execution that only finishes destroying keys."""
+
+
+_COPIES_NOT_REACHED = GUARANTEES["wal_replicas_backups"]
+_TENANT_COPIES = (
+    "every data key of the tenant is destroyed after the commit: the text of its sealed rows "
+    "(written while crypto_shredding was on) cannot be read from WAL, replicas or backups; "
+    "the text of its other rows, and every vector and lexeme, is not reached: copies stay "
+    "until WAL is recycled and backups expire"
+)
+
+
+def _copies(keys: dict[str, Any]) -> str:
+    """What the execution says of the copies of the erased text (WAL, replicas, backups)."""
+    shredded, rows = keys.get("shredded_rows", 0), keys.get("rows", 0)
+    if not shredded:
+        return _COPIES_NOT_REACHED + " (no erased row was sealed under a key this erasure destroys)"
+    whole = "every erased row's" if shredded == rows else f"{shredded} of the {rows} erased rows'"
+    return (
+        f"crypto-shredded: {whole} text was sealed under the data key of an erased owner, "
+        "destroyed after the commit (the proof's evidence.keys says when): its copies in WAL, "
+        "replicas and backups cannot be read any more. Their vectors and lexemes are not "
+        "reached: they stay in those copies until WAL is recycled and backups expire"
+        + ("" if shredded == rows else "; the other rows' text is not reached either")
+    )
 
 
 class ErasureService:
@@ -171,8 +203,8 @@ class ErasureService:
         reaches, which the fingerprint, checked under the lock, proves are what is erased."""
         peeked = await self._row(principal, plan_id)
         if peeked.state == "executed":
-            return _receipt(peeked), None
-        needles = await repository.needles(self._session, plan_id)
+            return _receipt(peeked), _keys_left(peeked)
+        needles = await repository.needles(self._session, principal.tenant_id, plan_id)
         wanted, total = _needle_bytes(needles)
         before: dict[str, Any] = {"scanned": False, "why": "nothing to look for"}
         local = False
@@ -181,7 +213,7 @@ class ErasureService:
         await revocations.hold_out_writes(self._session, principal.tenant_id)
         row = await self._row(principal, plan_id, lock=True)
         if row.state == "executed":  # a concurrent execution committed first
-            return _receipt(row), None
+            return _receipt(row), _keys_left(row)
         reached = await repository.reach(self._session, row.id)
         if version != row.version or repository.fingerprint(reached) != row.fingerprint:
             raise ErasurePlanStale(
@@ -201,6 +233,7 @@ class ErasureService:
             [one.embedding for one in needles[:MAX_NEEDLES] if one.embedding is not None],
         )
         counts = await repository.execute(self._session, row.id)
+        keys = _key_layer(needles, row.owners)
         mentions_left = await repository.reach(self._session, row.id)
         left = await repository.left(self._session, erased, row.owners)
         key = await self._runtime.pseudonyms.key(self._session, principal.tenant_id)
@@ -223,7 +256,9 @@ class ErasureService:
             "erased": [str(one) for one in erased],
             "counts": counts,
             "tombstones_kept": row.keep_tombstones,
-            "guarantees": GUARANTEES | {"files": _FILES[row.rewrite]},
+            "keys": keys,
+            "guarantees": GUARANTEES
+            | {"files": _FILES[row.rewrite], "wal_replicas_backups": _copies(keys)},
         }
         row.receipt = await self._sign(claims)
         row.state, row.executed_by, row.executed_at = (
@@ -234,6 +269,10 @@ class ErasureService:
         # Ids, counts and digests only from here: the subjects as their pseudonyms, no names,
         # no owner ids (the receipt's pseudonyms would resolve through them).
         row.subjects = subjects
+        # The owners' data keys are destroyed after the commit (a key destroyed before it would
+        # leave their rows unreadable if the transaction then failed); until then their ids
+        # wait here, and a retried execution finishes the destruction.
+        row.keys_pending = list(row.owners)
         row.owners, row.names = [], []
         row.erased, row.counts = erased, counts
         found_before: list[int] = before.get("found", [])
@@ -258,34 +297,82 @@ class ErasureService:
                 "observable": sum(1 for n in found_before if n > 0),
             },
             "files_before": before,
+            "keys": keys | {"pending": len(row.keys_pending), "destroyed": 0, "key_ids": []},
         }
         await self._session.flush()
         self._facts.add_targets([row.id, *erased])
         self._facts.count(len(erased))
         if not erased:  # nothing to VACUUM: no rewrite of shared tables for an empty plan
-            return _receipt(row), None
-        finalisation = Finalisation(row.id, row.rewrite, wanted, local)
+            return _receipt(row), _keys_left(row)
+        finalisation = Finalisation(
+            row.id,
+            row.rewrite,
+            wanted,
+            local,
+            owners=row.keys_pending,
+            key_tenant=principal.tenant_id,
+        )
         return _receipt(row), finalisation
 
     async def finalize(self, principal: Principal, done: Finalisation) -> None:
         """After the execution committed: VACUUM the touched tables (FULL when the plan asks),
-        scan the files again for the same needles, and note it all in the plan's evidence."""
-        maintenance = self._maintenance()
-        vacuum = await anyio.to_thread.run_sync(
-            lambda: maintenance.vacuum(done.tables, rewrite=done.rewrite)
-        )
-        after, _ = await self._scan_files(done.needles, done.tables) if done.local else ({}, False)
+        scan the files again for the same needles, and note it all in the plan's evidence.
+        First the data keys of the erased owners (or of the deleted tenant) are destroyed: if
+        the key store fails, the rest still runs and the owners stay pending, for a retried
+        execution to finish (docs/erasure.md, "Crypto-shredding")."""
+        destroyed, failed = await self._destroy_keys(done)
+        evidence: dict[str, Any] = {}
+        if done.vacuum:
+            maintenance = self._maintenance()
+            vacuum = await anyio.to_thread.run_sync(
+                lambda: maintenance.vacuum(done.tables, rewrite=done.rewrite)
+            )
+            after, _ = (
+                await self._scan_files(done.needles, done.tables) if done.local else ({}, False)
+            )
+            evidence = {
+                "finalized": True,
+                "vacuum": {
+                    "full": done.rewrite,
+                    "tables": vacuum,
+                    "at": datetime.now(UTC).isoformat(),
+                },
+            }
         row = await self._row(principal, done.plan_id, lock=True)
-        row.evidence = row.evidence | {
-            "finalized": True,
-            "vacuum": {"full": done.rewrite, "tables": vacuum, "at": datetime.now(UTC).isoformat()},
-            "files_after": after or row.evidence.get("files_before", {}),
-        }
+        if done.vacuum:
+            evidence["files_after"] = after or row.evidence.get("files_before", {})
+        keys = dict(row.evidence.get("keys", {}))
+        keys["key_ids"] = sorted({*keys.get("key_ids", []), *(str(one) for one in destroyed)})
+        keys["destroyed"] = len(keys["key_ids"])
+        if failed is None:
+            row.keys_pending = []
+            keys["pending"] = 0
+            keys["destroyed_at"] = datetime.now(UTC).isoformat()
+            keys.pop("error", None)
+        else:
+            keys["pending"] = len(row.keys_pending) or int(done.whole_tenant)
+            keys["error"] = failed
+        row.evidence = row.evidence | evidence | {"keys": keys}
         await self._session.flush()
         self._facts.add_targets([row.id])
 
+    async def _destroy_keys(self, done: Finalisation) -> tuple[list[uuid.UUID], str | None]:
+        """The ids of the data keys destroyed, and why the store failed (None: it did not)."""
+        vault = vault_of(self._session)
+        if done.key_tenant is None:
+            return [], None
+        try:
+            if done.whole_tenant:
+                return await vault.destroy_tenant(done.key_tenant), None
+            return await vault.destroy_owners(done.key_tenant, done.owners), None
+        except KeyStoreUnavailable as exc:
+            return [], f"the data key store failed ({exc}); execute the plan again to finish"
+
     async def proof(self, principal: Principal, plan_id: uuid.UUID) -> Proof:
         row = await self._row(principal, plan_id)
+        evidence = dict(row.evidence)
+        if "keys" in evidence:
+            evidence["keys"] = evidence["keys"] | {"copies": _copies_now(evidence["keys"])}
         if row.state == "planned":
             reached = await repository.reach(self._session, row.id)
             ids = [one.memory_id for one in reached if one.why != "mention"]
@@ -301,7 +388,7 @@ class ErasureService:
             owned_left=int(row.evidence.get("owned_left", 0)) if executed else left.owned,
             vectors_left=left.vectors,
             dangling_references=left.dangling,
-            evidence=dict(row.evidence),
+            evidence=evidence,
         )
 
     async def erase_tenant(
@@ -338,18 +425,26 @@ class ErasureService:
             "executed_at": executed_at.isoformat(),
             "counts": counts,
             "audit_chain": "dropped" if drop_audit else "kept",
-            "guarantees": GUARANTEES | {"files": _FILES[True], "audit": _TENANT_AUDIT[drop_audit]},
+            "guarantees": GUARANTEES
+            | {
+                "files": _FILES[True],
+                "audit": _TENANT_AUDIT[drop_audit],
+                "wal_replicas_backups": _TENANT_COPIES,
+            },
         }
         row.receipt = await self._sign(claims)
         row.evidence = {
             "finalized": False,
             "needles": {"values": len(wanted), "total": len(wanted), "truncated": False},
             "files_before": before,
+            "keys": {"whole_tenant": True, "pending": 1, "destroyed": 0, "key_ids": []},
         }
         self._session.add(row)
         await self._session.flush()
         self._facts.add_targets([row.id])
-        done = Finalisation(row.id, True, wanted, local, TENANT_TABLES)
+        done = Finalisation(
+            row.id, True, wanted, local, TENANT_TABLES, key_tenant=tenant_id, whole_tenant=True
+        )
         return row.id, _receipt(row), done
 
     async def tenant_proof(self, principal: Principal, tenant_id: uuid.UUID) -> dict[str, Any]:
@@ -442,6 +537,59 @@ class ErasureService:
             executed_at=row.executed_at,
             receipt=row.receipt,
         )
+
+
+def _keys_left(row: ErasurePlan) -> Finalisation | None:
+    """For an executed plan whose owners' data keys are not all destroyed yet (the key store
+    failed after the commit): a finalisation that destroys them and nothing else."""
+    if not row.keys_pending:
+        return None
+    return Finalisation(
+        row.id,
+        row.rewrite,
+        [],
+        False,
+        (),
+        owners=list(row.keys_pending),
+        key_tenant=row.tenant_id,
+        vacuum=False,
+    )
+
+
+def _key_layer(needles: Sequence[repository.Needle], owners: Sequence[uuid.UUID]) -> dict[str, int]:
+    """Counts, no ids: of the erased rows, how many were sealed, and how many under the key of
+    an owner this erasure destroys (the ones crypto-shredding reaches in copies)."""
+    erased_owners = set(owners)
+    sealed = [one for one in needles if one.sealed_by is not None]
+    return {
+        "rows": len(needles),
+        "sealed_rows": len(sealed),
+        "shredded_rows": sum(1 for one in sealed if one.sealed_by in erased_owners),
+        "owners": len(erased_owners),
+    }
+
+
+def _copies_now(keys: dict[str, Any]) -> str:
+    """The proof's word on the erased text's copies in WAL, replicas and backups, today."""
+    if keys.get("whole_tenant"):
+        if keys.get("pending"):
+            return "pending: the tenant's data keys are not destroyed yet"
+        return (
+            "the tenant's data keys are destroyed: the sealed text of its rows cannot be read "
+            "from any copy; text of rows stored before crypto-shredding was on, vectors and "
+            "lexemes are not reached"
+        )
+    if not keys.get("shredded_rows"):
+        return "not reached: no erased row was sealed under a key this erasure destroys"
+    if keys.get("pending"):
+        return "pending: the owners' data keys are not destroyed yet (execute the plan again)"
+    rows, shredded = keys.get("rows", 0), keys["shredded_rows"]
+    return (
+        f"unreadable: the text of {shredded} of the {rows} erased rows cannot be read from any "
+        "copy (its data keys are destroyed)"
+        + ("" if shredded == rows else "; the other rows' text is not reached")
+        + "; vectors and lexemes in copies are not reached"
+    )
 
 
 def _owner_pseudonyms(row: ErasurePlan) -> list[str]:

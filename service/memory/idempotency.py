@@ -49,6 +49,8 @@ from service.problems import (
     IdempotencyKeyReused,
     InvalidRequest,
 )
+from service.shredding import KeyDestroyed, vault_of
+from service.shredding.vault import SEALED_ANSWER
 
 TTL = timedelta(hours=24)
 SWEEP = 100
@@ -65,6 +67,9 @@ class Key:
     client_id: str
     key: str
     request_hash: bytes
+    sealed: bool = False
+    """The tenant's `crypto_shredding`: the answer (memory text) is stored sealed under the
+    caller's data key, so no copy of the database holds its text once the key is destroyed."""
 
     @property
     def lock_name(self) -> str:
@@ -100,6 +105,7 @@ def key_of(principal: Principal, raw: str, request: bytes) -> Key:
         principal.client_id,
         raw,
         hashlib.sha256(request).digest(),
+        principal.tenant_settings.crypto_shredding,
     )
 
 
@@ -164,7 +170,7 @@ async def keep(
         "key": key.key,
         "request_hash": key.request_hash,
         "status": status,
-        "answer": answer,
+        "answer": await _sealed(session, key, answer),
         "memory_ids": sorted(set(memory_ids)),
         "expires_at": func.now() + TTL,
     }
@@ -267,12 +273,40 @@ async def _replay(
             "expired or erased, or is no longer yours to read or write. Nothing was "
             "written; read the memories (GET /v1/memories) before writing under a new key."
         )
+    answer = await _opened(session, key, bytes(earlier.answer))
+    if answer is None:
+        raise IdempotencyAnswerGone(
+            "The request with this Idempotency-Key was carried out, but its answer can no "
+            "longer be given: it was erased. Nothing was written; read the memories (GET "
+            "/v1/memories) before writing under a new key."
+        )
     held = len(earlier.memory_ids)
     facts.add_targets(earlier.memory_ids)
     if held:
         facts.count(held)
     facts.reason = "idempotent-replay" + (f":items={held}" if held else "")
-    return Replay(earlier.status, bytes(earlier.answer))
+    return Replay(earlier.status, answer)
+
+
+async def _sealed(session: AsyncSession, key: Key, answer: bytes) -> bytes:
+    if not key.sealed or not answer:
+        return answer
+    return await vault_of(session).seal_answer(
+        key.tenant_id, key.principal_id, key.lock_name, answer
+    )
+
+
+async def _opened(session: AsyncSession, key: Key, stored_answer: bytes) -> bytes | None:
+    """A stored answer as first sent; None when it was sealed and its key is destroyed. A
+    sealed answer opens whatever the tenant's setting is now (it may have been turned off)."""
+    if not stored_answer.startswith(SEALED_ANSWER):
+        return stored_answer
+    try:
+        return await vault_of(session).open_answer(
+            key.tenant_id, key.principal_id, key.lock_name, stored_answer
+        )
+    except KeyDestroyed:
+        return None
 
 
 async def still_theirs(

@@ -63,6 +63,7 @@ from service.policy.visible import (
     template_caller,
     visible,
 )
+from service.shredding import vault_of
 
 _UUIDS = ARRAY(UUID)
 _EVERY_UNREVOKED = Liveness.any_version().with_expired().with_retracted()
@@ -145,6 +146,9 @@ def query_param(query_vector: list[float]) -> ColumnElement[Any]:
     return bindparam("query_vector", query_vector, type_=Memory.embedding.type)
 
 
+SEALING = (Memory.tenant_id, Memory.owner_id, Memory.value_key, Memory.value_sealed)
+"""The columns opening a sealed row's text takes (service/shredding)."""
+
 GROUPABLE = {"kind": Memory.kind, "space": Memory.space_id, "subject": Memory.subject}
 
 ANSWER = (
@@ -173,6 +177,7 @@ ANSWER = (
     Memory.retracted_at,
     Memory.review_state,
     Memory.confidence,
+    *SEALING,  # what opening a sealed row's text takes; never shown
 )
 """The columns a search hit shows (service.memory.service.to_out): not the vector, the
 lexemes or the content hash, which are the widest and which the answer never carries."""
@@ -231,6 +236,14 @@ class MemoryRow(Protocol):
     def review_state(self) -> str | None: ...
     @property
     def confidence(self) -> float | None: ...
+    @property
+    def tenant_id(self) -> uuid.UUID: ...
+    @property
+    def owner_id(self) -> uuid.UUID: ...
+    @property
+    def value_key(self) -> uuid.UUID | None: ...
+    @property
+    def value_sealed(self) -> bytes | None: ...
 
 
 Hit = tuple[MemoryRow, float]
@@ -445,9 +458,11 @@ async def live_keys_of_subjects(
         rows=[limit + 1 + len(one.keys) for one in asked],
     )
     rows = (await session.execute(statement, params)).all()
+    plain = await vault_of(session).plaintexts(rows)
     found: list[list[LiveKey]] = [[] for _ in asked]
-    for question, key, memory_id, start in rows:
-        found[question].append(LiveKey(key, memory_id, start))
+    for row in rows:
+        start = plain[row.id][:400] if row.id in plain else row.start
+        found[row.question].append(LiveKey(row.key, row.id, start))
     return found
 
 
@@ -464,7 +479,7 @@ def _build_live_keys(scope: Visible) -> Select[Any]:
     ).subquery("questions")
     written_key = Memory.key == any_(cast(questions.c["keys"], ARRAY(Text)))
     live = (
-        scope.select(Memory.key, Memory.id, func.left(Memory.value, 400).label("start"))
+        scope.select(Memory.key, Memory.id, func.left(Memory.value, 400).label("start"), *SEALING)
         .where(
             Memory.space_id == questions.c.space_id,
             Memory.subject == questions.c.subject,
@@ -478,7 +493,13 @@ def _build_live_keys(scope: Visible) -> Select[Any]:
         .lateral("live")
     )
     return (
-        select(questions.c.question, live.c.key, live.c.id, live.c.start)
+        select(
+            questions.c.question,
+            live.c.key,
+            live.c.id,
+            live.c.start,
+            *(live.c[one.key] for one in SEALING),
+        )
         .select_from(questions)
         .join(live, literal(True))
         .order_by(questions.c.question)
@@ -645,46 +666,73 @@ def _build_supersede(scope: Visible) -> Select[Any]:
 _SUPERSEDE = PerShape(_build_supersede)
 
 
-async def insert(session: AsyncSession, scope: Visible, row: Memory) -> Memory:
+async def insert(
+    session: AsyncSession, scope: Visible, row: Memory, *, sealing: bool = False
+) -> Memory:
     """`insert_many` of one row."""
-    await insert_many(session, scope, [row])
+    await insert_many(session, scope, [row], sealing=sealing)
     return row
 
 
-async def insert_many(session: AsyncSession, scope: Visible, rows: Sequence[Memory]) -> None:
+async def insert_many(
+    session: AsyncSession, scope: Visible, rows: Sequence[Memory], *, sealing: bool = False
+) -> None:
     """Insert `rows` into `scope`'s tenant in one statement of one parameter per column,
     whatever their number: `INSERT ... SELECT` from `unnest` of one text array per column,
     each cast to its column's type. (A multi-row VALUES of 500 rows binds ~15,000
     parameters, and the driver's rewriting of that query text cost more than the database's
     insert; COPY FROM is refused on a table with row-level security.) Row-level security's
     `WITH CHECK` and the storage trigger see every row, as for any INSERT. The service sets
-    every column the answer shows, so nothing is read back (`lexical` is computed)."""
+    every column the answer shows, so nothing is read back.
+
+    `sealing` (the tenant's `crypto_shredding`): each row's text is stored sealed under its
+    owner's data key (service/shredding), `value` "", and its lexemes are made from the
+    plaintext by the statement (`to_tsvector` of a parameter: the text is in no column). The
+    entities keep their plaintext `value`, for the answer; they are never flushed."""
     if not rows:
         return
     (statement, columns), params = _INSERT(scope)
+    overrides: list[dict[str, Any]] = [{} for _ in rows]
+    if sealing:
+        vault = vault_of(session)
+        for row, override in zip(rows, overrides, strict=True):
+            sealed = await vault.seal(scope.tenant_id, row.owner_id, row.id, row.value)
+            override.update(
+                value="", value_sealed=sealed.blob, value_key=sealed.key_id, lexical=row.value
+            )
     for key, inserted in columns:
         params[f"rows_{inserted.name}"] = [
-            _as_text(getattr(row, key), inserted.type) for row in rows
+            _as_text(override[key], inserted.type)
+            if key in override
+            else (None if key == "lexical" else _as_text(getattr(row, key), inserted.type))
+            for row, override in zip(rows, overrides, strict=True)
         ]
     await session.execute(statement, params)
 
 
 def _build_insert(scope: Visible) -> tuple[Insert, list[tuple[str, NamedColumn[Any]]]]:
     """`insert_many`'s statement, and the (attribute, column) pairs whose arrays it takes:
-    every column the service sets on a new row."""
+    every column the service sets on a new row. `lexical`'s array holds a sealed row's
+    plaintext (NULL for any other, whose lexemes the trigger `memories_lexical` makes)."""
     columns = [
         (attribute.key, attribute.columns[0])
         for attribute in sa_inspect(Memory).column_attrs
-        if attribute.columns[0].computed is None and attribute.key != "tenant_id"
+        if attribute.key != "tenant_id"
     ]
     names = [inserted.name for _, inserted in columns]
     arrays = [bindparam(f"rows_{name}", [], ARRAY(Text)) for name in names]
     given = func.unnest(*arrays).table_valued(*names).render_derived(name="given")
+
+    def value_of(column: NamedColumn[Any]) -> ColumnElement[Any]:
+        if column.name == "lexical":
+            return func.to_tsvector(cast(given.c.lexical_config, REGCONFIG), given.c.lexical)
+        return cast(given.c[column.name], column.type)
+
     # The table, not the mapped class: the ORM's bulk-insert machinery has nothing to do here
     # (no object is read back) and costs more CPU than the statement's execution.
     statement = pg_insert(cast_type(Table, Memory.__table__)).from_select(
         ["tenant_id", *names],
-        select(scope.tenant, *(cast(given.c[one.name], one.type) for _, one in columns)),
+        select(scope.tenant, *(value_of(one) for _, one in columns)),
     )
     return statement, columns
 
@@ -1597,6 +1645,8 @@ def _stub(at: datetime) -> dict[Any, Any]:
         Memory.retracted_at: at,
         Memory.superseded_at: func.coalesce(Memory.superseded_at, at),
         Memory.value: "",
+        Memory.value_sealed: None,
+        Memory.value_key: None,
         Memory.content_hash: b"",
         Memory.embedding: None,
         Memory.metadata_: {},
@@ -1801,14 +1851,25 @@ async def stale_embeddings(
     """The next `size` versions (by id, after `after`) under `scope` whose vector was not made
     by `model`."""
     statement = scope.select(
-        Memory.id, Memory.value, Memory.content_hash, Memory.embedding_model, liveness=_STALE
+        Memory.id,
+        Memory.value,
+        Memory.content_hash,
+        Memory.embedding_model,
+        *SEALING,
+        liveness=_STALE,
     ).where(Memory.embedding_model != model, Memory.embedding.is_not(None))
     if after is not None:
         statement = statement.where(Memory.id > after)
     if space_id is not None:
         statement = statement.where(Memory.space_id == space_id)
     rows = (await session.execute(statement.order_by(Memory.id).limit(size))).all()
-    return [StaleRow(row[0], row[1], row[2], row[3]) for row in rows]
+    # A sealed row is embedded from its opened text, never from its empty `value`.
+    plain = await vault_of(session).plaintexts(rows)
+    return [
+        StaleRow(row.id, plain.get(row.id, row.value), row.content_hash, row.embedding_model)
+        for row in rows
+        if plain.get(row.id, row.value)  # a row whose key is destroyed has no text to embed
+    ]
 
 
 async def set_embeddings(
@@ -1856,6 +1917,7 @@ __all__ = [
     "ANSWER",
     "GROUPABLE",
     "RRF_K",
+    "SEALING",
     "AgedBatch",
     "AnnTuning",
     "FusedHit",

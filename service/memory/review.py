@@ -41,6 +41,7 @@ from service.policy.visible import (
 )
 from service.problems import InvalidRequest
 from service.revocation import repository as revocations
+from service.shredding import opened_value, vault_of
 
 MAX_PROPOSALS_PAGE = 100
 DEFAULT_PROPOSALS_PAGE = 50
@@ -92,7 +93,8 @@ class ReviewService:
         _require_reviewer(targets, space_id)
         statement = _proposals(visible(principal, Action.READ), space_id, after, size + 1)
         rows = (await self._session.execute(statement)).all()
-        items = [to_out(cast_row(row)) for row in rows[:size]]
+        plain = await vault_of(self._session).plaintexts(rows[:size])
+        items = [to_out(cast_row(row), plain) for row in rows[:size]]
         self._facts.add_targets([space_id])
         self._facts.count(len(items))
         next_cursor = encode_cursor(rows[size - 1].id) if len(rows) > size else None
@@ -128,7 +130,8 @@ class ReviewService:
             )
         ).one()
         self._facts.add_targets([memory_id, *made.superseded])
-        return MemoryWritten(memory=to_out(cast_row(approved)), superseded=made.superseded)
+        plain = await vault_of(self._session).plaintexts([approved])
+        return MemoryWritten(memory=to_out(cast_row(approved), plain), superseded=made.superseded)
 
     async def reject(
         self,
@@ -156,7 +159,7 @@ class ReviewService:
             .values(
                 tenant_id=principal.tenant_id,
                 space_id=row.space_id,
-                text_hash=text_hash(row.value),
+                text_hash=text_hash(await opened_value(self._session, row)),
                 memory_id=memory_id,
             )
             .on_conflict_do_nothing()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
@@ -90,6 +90,7 @@ from service.problems import BadCursor, InvalidRequest, Problem
 from service.quotas.limiter import Quotas
 from service.revocation import repository as revocations
 from service.settings import MemorySettings
+from service.shredding import vault_of
 
 MAX_NEWER_HOPS = 10_000
 """How far a history walks forward from the version it is asked about to find the newest
@@ -449,7 +450,9 @@ class MemoryService:
                 row.valid_until = max(row.valid_from, later.data.valid_from or now)
             rows.append(row)
             self._facts.add_targets([row.id, *superseded])
-        await repository.insert_many(self._session, scope, rows)
+        await repository.insert_many(
+            self._session, scope, rows, sealing=principal.tenant_settings.crypto_shredding
+        )
         await revocations.note_hidden(
             self._session,
             principal.tenant_id,
@@ -500,7 +503,7 @@ class MemoryService:
         """A write's answer as written, before a later write of its key in the batch closes it
         (as each write's own answer would have been). A write a revocation covers is stored
         hidden (a proposal too: approving it could otherwise bring the revoked claim back)."""
-        out = to_out(row)
+        out = to_out(row, {})  # the entity holds the text as written (never sealed)
         if hidden is not None:
             row.revoked_at = now
             out = msgspec.structs.replace(out, status="hidden")
@@ -746,7 +749,8 @@ class MemoryService:
             row = await repository.get(self._session, scope, memory_id)
             if row is None:
                 raise MemoryNotFound(not_found_detail(memory_id))
-            [out] = await self._sources_you_can_read(principal, [to_out(row)])
+            plain = await vault_of(self._session).plaintexts([row])
+            [out] = await self._sources_you_can_read(principal, [to_out(row, plain)])
         self._recalled(principal, [row.id])
         return out
 
@@ -766,8 +770,9 @@ class MemoryService:
             rows = await repository.list_page(
                 self._session, scope, filters, after=after, limit=page_size + 1
             )
+            plain = await vault_of(self._session).plaintexts(rows[:page_size])
             items = await self._sources_you_can_read(
-                principal, [to_out(row) for row in rows[:page_size]]
+                principal, [to_out(row, plain) for row in rows[:page_size]]
             )
         self._facts.count(len(items))
         next_cursor = encode_cursor(rows[page_size - 1].id) if len(rows) > page_size else None
@@ -830,11 +835,15 @@ class MemoryService:
             async with self._read_budget(SearchTooBroad):
                 if request.mode == "vector":
                     ranked, strategy = await self.rank(scope, vector, filters, k, floor)
-                    hits = [SearchHit(score=score, memory=to_out(row)) for row, score in ranked]
+                    plain = await vault_of(self._session).plaintexts(row for row, _ in ranked)
+                    hits = [
+                        SearchHit(score=score, memory=to_out(row, plain)) for row, score in ranked
+                    ]
                 else:
                     fusion = self._fusion(request, k, floor)
                     fused, strategy = await self.rank_fused(scope, vector, filters, k, fusion)
-                    hits = [_fused_hit(hit) for hit in fused]
+                    plain = await vault_of(self._session).plaintexts(hit.row for hit in fused)
+                    hits = [_fused_hit(hit, plain) for hit in fused]
             rank.set_attribute("memgate.search.hits", len(hits))
             # Operators see the path; callers do not: whether the walk came back short depends
             # on rows they may not see (other tenants' too), so the answer must not tell.
@@ -1054,8 +1063,9 @@ class MemoryService:
         if not rows and after is None:
             raise MemoryNotFound(not_found_detail(memory_id))
         # Outside the budget, like a search's: the page was read under it.
+        plain = await vault_of(self._session).plaintexts(rows[:size])
         items = await self._sources_you_can_read(
-            principal, [to_out(cast_row(row)) for row in rows[:size]]
+            principal, [to_out(cast_row(row), plain) for row in rows[:size]]
         )
         self._facts.count(len(items))
         next_cursor = encode_cursor(items[-1].id) if len(rows) > size else None
@@ -1083,11 +1093,12 @@ class MemoryService:
         # Only the sources the caller can still read come along: an id it cannot read is
         # never named, nor refused by id.
         sources = await self._readable_sources(principal, list(row.derived_from))
+        plain = await vault_of(self._session).plaintexts([row])
         again = MemoryCreate(
             subject=row.subject,
             kind=cast_kind(row.kind),
             key=row.key,
-            value=row.value,
+            value=plain.get(row.id, row.value),
             metadata=row.metadata_ or None,
             source=row.source,
             space_id=row.space_id,
@@ -1254,10 +1265,10 @@ def _too_broad(cap: int) -> SearchTooBroad:
     )
 
 
-def _fused_hit(hit: repository.FusedHit) -> SearchHit:
+def _fused_hit(hit: repository.FusedHit, plain: Mapping[uuid.UUID, str]) -> SearchHit:
     return SearchHit(
         score=hit.score,
-        memory=to_out(hit.row),
+        memory=to_out(hit.row, plain),
         lexical_score=hit.lexical_score,
         fused_score=hit.fused_score,
     )
@@ -1382,14 +1393,16 @@ def status_of(row: MemoryRow) -> Status:
     return "live"
 
 
-def to_out(row: MemoryRow) -> MemoryOut:
+def to_out(row: MemoryRow, plain: Mapping[uuid.UUID, str]) -> MemoryOut:
+    """The answer for `row`; `plain`: the opened text of the sealed rows among those answered
+    (`Vault.plaintexts`), by id. An unsealed row's text is its `value`."""
     return MemoryOut(
         id=row.id,
         space_id=row.space_id,
         subject=row.subject,
         kind=row.kind,
         key=row.key,
-        value=row.value,
+        value=plain.get(row.id, row.value),
         status=status_of(row),
         valid_from=row.valid_from,
         valid_until=row.valid_until,

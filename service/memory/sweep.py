@@ -134,6 +134,8 @@ async def _retract(session: AsyncSession, scope: Visible, ids: list[uuid.UUID]) 
                 Memory.retracted_at: now,
                 Memory.superseded_at: func.coalesce(Memory.superseded_at, now),
                 Memory.value: "",
+                Memory.value_sealed: None,
+                Memory.value_key: None,
                 Memory.content_hash: b"",
                 Memory.embedding: None,
                 Memory.metadata_: {},

@@ -33,7 +33,9 @@ from sqlalchemy.dialects.postgresql import ARRAY, UUID
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.db.models import ErasureTombstone, Memory, MemoryHiding, Revocation
+from service.memory.repository import SEALING
 from service.policy.visible import Liveness, Visible
+from service.shredding import opened_value
 
 _UUIDS = ARRAY(UUID)
 _HASHES = ARRAY(LargeBinary)
@@ -83,13 +85,16 @@ async def target(session: AsyncSession, scope: Visible, memory_id: uuid.UUID) ->
                 Memory.content_hash,
                 Memory.revoked_at,
                 Memory.version,
+                *SEALING,
                 liveness=Liveness.including_revoked(),
             ).where(Memory.id == memory_id)
         )
     ).one_or_none()
     if row is None:
         return None
-    return Target(row[0], row[1], row[2], bytes(row[3]), row[4] is not None, row[5])
+    # The reason's quote check needs the text: a sealed row's, opened.
+    value = await opened_value(session, row)
+    return Target(row[0], row[1], value, bytes(row[3]), row[4] is not None, row[5])
 
 
 async def reachable(

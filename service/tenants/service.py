@@ -30,6 +30,7 @@ from service.problems import InvalidRequest
 from service.quotas import service as quotas
 from service.quotas.schemas import Limits
 from service.settings import MemorySettings
+from service.shredding import vault_of
 from service.tenants.problems import (
     ConfirmationInvalid,
     PlatformTenantLocked,
@@ -296,13 +297,21 @@ class TenantService:
 
     def _settings(self, current: dict[str, Any], change: dict[str, Any]) -> dict[str, Any]:
         try:
-            return merged(current, change, self._limits)
+            result = merged(current, change, self._limits)
         except SettingsInvalid as exc:
             raise TenantSettingsInvalid(
                 f"{exc} Allowed: {exc.allowed}. Nothing was changed.",
                 field=exc.field,
                 allowed=exc.allowed,
             ) from None
+        refusal = vault_of(self._session).refusal() if change.get("crypto_shredding") else None
+        if refusal is not None:
+            raise TenantSettingsInvalid(
+                f"'settings.crypto_shredding' cannot be turned on: {refusal}. Nothing was changed.",
+                field="settings.crypto_shredding",
+                allowed="false (until a shared data key store is configured)",
+            )
+        return result
 
     async def _row(self, tenant_id: uuid.UUID, *, lock: bool = False) -> Tenant:
         statement = select(Tenant).where(Tenant.tenant_id == tenant_id, Tenant.retired_at.is_(None))

@@ -52,6 +52,12 @@ class TenantSettings(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=T
     (1..36500 days; unset: the operator's `MEMGATE_RETENTION_DAYS`)."""
     agents_may_read_policy: bool = True
     """Whether an agent's client may hold `read:policy` (default: yes, as before settings)."""
+    crypto_shredding: bool = False
+    """Store the text of memories written from now on sealed under a data key per owner, kept
+    outside the database; erasing the owner destroys the key, which makes that text unreadable
+    in WAL, replicas and backups too (docs/erasure.md, "Crypto-shredding"). Rows written before
+    stay as they were stored (plaintext until rewritten); turning it off later leaves sealed
+    rows sealed (they still read and still shred)."""
 
 
 DEFAULT = TenantSettings()
@@ -144,7 +150,7 @@ def _typed(raw: dict[str, Any]) -> TenantSettings:
 
 
 def _kind(key: str) -> str:
-    if key == "agents_may_read_policy":
+    if key in ("agents_may_read_policy", "crypto_shredding"):
         return "true or false"
     if key == "score_floor":
         return "a number 0..1"

@@ -1,0 +1,23 @@
+"""Crypto-shredding: memory text sealed under per-owner data keys kept outside PostgreSQL."""
+
+from service.shredding.keystore import (
+    DataKeyStore,
+    FileKeyStore,
+    KeyStoreUnavailable,
+    StoredKey,
+    key_store_from,
+)
+from service.shredding.vault import KeyDestroyed, Sealed, Vault, opened_value, vault_of
+
+__all__ = [
+    "DataKeyStore",
+    "FileKeyStore",
+    "KeyDestroyed",
+    "KeyStoreUnavailable",
+    "Sealed",
+    "StoredKey",
+    "Vault",
+    "key_store_from",
+    "opened_value",
+    "vault_of",
+]
