@@ -415,7 +415,12 @@ class Consolidation:
             valid_from=now,
         )
         row = self._row(plan, new_id, now, made.previous)
-        await memories.insert(self._session, visible(self._principal, Action.WRITE), row)
+        await memories.insert(
+            self._session,
+            visible(self._principal, Action.WRITE),
+            row,
+            sealing=self._principal.tenant_settings.crypto_shredding,
+        )
         self._counts["summaries_written"] += 1
         self._batch.call.facts.add_targets([new_id, *made.superseded])
 
@@ -442,7 +447,12 @@ class Consolidation:
         new_id = uuid7()
         row = self._row(plan, new_id, now, None)
         row.revoked_at = now
-        await memories.insert(self._session, visible(self._principal, Action.WRITE), row)
+        await memories.insert(
+            self._session,
+            visible(self._principal, Action.WRITE),
+            row,
+            sealing=self._principal.tenant_settings.crypto_shredding,
+        )
         await revocations.note_hidden(self._session, self._principal.tenant_id, {new_id: causes})
         self._counts["summaries_hidden"] = self._counts.get("summaries_hidden", 0) + 1
         self._batch.call.facts.add_targets([new_id])

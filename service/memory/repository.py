@@ -666,16 +666,14 @@ def _build_supersede(scope: Visible) -> Select[Any]:
 _SUPERSEDE = PerShape(_build_supersede)
 
 
-async def insert(
-    session: AsyncSession, scope: Visible, row: Memory, *, sealing: bool = False
-) -> Memory:
+async def insert(session: AsyncSession, scope: Visible, row: Memory, *, sealing: bool) -> Memory:
     """`insert_many` of one row."""
     await insert_many(session, scope, [row], sealing=sealing)
     return row
 
 
 async def insert_many(
-    session: AsyncSession, scope: Visible, rows: Sequence[Memory], *, sealing: bool = False
+    session: AsyncSession, scope: Visible, rows: Sequence[Memory], *, sealing: bool
 ) -> None:
     """Insert `rows` into `scope`'s tenant in one statement of one parameter per column,
     whatever their number: `INSERT ... SELECT` from `unnest` of one text array per column,
