@@ -12,7 +12,9 @@
 - `memgate_is_retraction`: a stub also clears `value_sealed` and `value_key`.
 - `memgate_stored_bytes`: a sealed row counts its ciphertext (the text + 28 bytes).
 - `memgate_erasure_sealed(plan)`: the sealed values an erasure reaches (their owners and key
-  ids), for the proof's needles, SECURITY DEFINER like `memgate_erasure_values`.
+  ids), for the proof's needles, SECURITY DEFINER like `memgate_erasure_values`;
+  `memgate_erasure_sealed_mentions(plan)`: the live sealed rows it does not erase, which the
+  service opens for the mention scan (`strpos` over `value` cannot see their text).
 - `erasure_plans.keys_pending`: the owners whose data keys an executed erasure has still to
   destroy (after its commit).
 
@@ -94,8 +96,24 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = public, pg_temp AS $$
        AND m.id IN (SELECT r.memory_id FROM memgate_erasure_reach(p_plan) r
                      WHERE r.why <> 'mention')
 $$;
-REVOKE ALL ON FUNCTION memgate_erasure_sealed(uuid) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION memgate_erasure_sealed(uuid) TO {APP_ROLE};
+-- The live sealed rows a plan with names does not erase: the mention scan opens them in the
+-- service (the database cannot read their text) and lists those naming one of the names.
+CREATE FUNCTION memgate_erasure_sealed_mentions(p_plan uuid)
+RETURNS TABLE (tenant_id uuid, memory_id uuid, space_id uuid, version integer, owner_id uuid,
+               value_key uuid, value_sealed bytea)
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = public, pg_temp AS $$
+    SELECT m.tenant_id, m.id, m.space_id, m.version, m.owner_id, m.value_key, m.value_sealed
+      FROM memories m JOIN erasure_plans p
+        ON p.tenant_id = memgate_tenant() AND p.id = p_plan AND cardinality(p.names) > 0
+     WHERE m.tenant_id = memgate_tenant() AND m.value_sealed IS NOT NULL
+       AND m.retracted_at IS NULL
+       AND m.id NOT IN (SELECT r.memory_id FROM memgate_erasure_reach(p_plan) r
+                         WHERE r.why <> 'mention')
+$$;
+REVOKE ALL ON FUNCTION memgate_erasure_sealed(uuid), memgate_erasure_sealed_mentions(uuid)
+    FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION memgate_erasure_sealed(uuid), memgate_erasure_sealed_mentions(uuid)
+    TO {APP_ROLE};
 
 ALTER TABLE erasure_plans ADD COLUMN keys_pending uuid[] NOT NULL DEFAULT '{{}}';
 """
@@ -109,7 +127,7 @@ BEGIN
     END IF;
 END $$;
 ALTER TABLE erasure_plans DROP COLUMN keys_pending;
-DROP FUNCTION memgate_erasure_sealed(uuid);
+DROP FUNCTION memgate_erasure_sealed_mentions(uuid), memgate_erasure_sealed(uuid);
 DROP TRIGGER memories_lexical ON memories;
 DROP FUNCTION memgate_lexical();
 DROP INDEX ix_memories_lexical;

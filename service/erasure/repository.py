@@ -23,6 +23,10 @@ _VALUES = text("SELECT memory_id, value, embedding FROM memgate_erasure_values(:
 _SEALED = text(
     "SELECT memory_id, owner_id, value_key, value_sealed FROM memgate_erasure_sealed(:plan)"
 )
+_SEALED_MENTIONS = text(
+    "SELECT tenant_id, memory_id, space_id, version, owner_id, value_key, value_sealed "
+    "FROM memgate_erasure_sealed_mentions(:plan)"
+)
 _NEAREST = text(
     "SELECT ord, memory_id, similarity FROM memgate_erasure_nearest("
     "CAST(:exclude AS uuid[]), CAST(:vectors AS text[])) ORDER BY ord"
@@ -79,7 +83,33 @@ class Left:
 async def reach(session: AsyncSession, plan_id: uuid.UUID) -> list[Reached]:
     rows = await session.execute(_REACH, {"plan": plan_id})
     found = [Reached(row.memory_id, row.space_id, row.version, row.why) for row in rows]
+    found.extend(await _sealed_mentions(session, plan_id))
     return sorted(found, key=lambda one: (one.why, str(one.memory_id)))
+
+
+async def _sealed_mentions(session: AsyncSession, plan_id: uuid.UUID) -> list[Reached]:
+    """The mention scan over sealed rows (crypto-shredding): opened here, matched as the SQL
+    scan matches (a name as a case-insensitive substring); nothing when the plan has no
+    names. Every live sealed row of the tenant is opened: its cost grows with the tenant."""
+    candidates = list(await session.execute(_SEALED_MENTIONS, {"plan": plan_id}))
+    if not candidates:
+        return []
+    names = await session.scalar(
+        select(ErasurePlan.names).where(
+            ErasurePlan.tenant_id == candidates[0].tenant_id, ErasurePlan.id == plan_id
+        )
+    )
+    lowered = [name.lower() for name in names or []]
+    sealed = [
+        _Sealed(row.tenant_id, row.owner_id, row.memory_id, row.value_key, bytes(row.value_sealed))
+        for row in candidates
+    ]
+    plain = await vault_of(session).plaintexts(sealed)
+    return [
+        Reached(row.memory_id, row.space_id, row.version, "mention")
+        for row in candidates
+        if any(name in plain.get(row.memory_id, "").lower() for name in lowered)
+    ]
 
 
 def fingerprint(reached: Sequence[Reached]) -> bytes:

@@ -270,6 +270,24 @@ async def test_a_retried_execution_destroys_the_key_the_store_failed_to(
     assert third.json()["receipt"] == first.json()["receipt"]
 
 
+async def test_the_mention_scan_reads_sealed_rows(api: Api) -> None:
+    await _configure(api, crypto_shredding=True)
+    await make_eraser(api)
+    dana, erin = await api.new_agent("dana"), await api.new_agent("erin")
+    team = await team_space(api, "escrow", dana, erin)
+    mention = await api.remember(
+        erin, subject="service:vault", key="owner", value="Dana Scully owns escrow", space_id=team
+    )
+    await api.remember(erin, subject="service:vault", key="other", value="nobody", space_id=team)
+    planned = await api.http.post(
+        "/v1/erasures",
+        json={"owners": [dana.principal_id], "names": ["dana scully"], "reason": "req 2026-3"},
+        headers=api.admin.headers,
+    )
+    assert planned.status_code == 201, planned.text
+    assert [row["id"] for row in planned.json()["review"]] == [mention["id"]]
+
+
 async def test_a_bad_setting_is_422_and_changes_nothing(api: Api) -> None:
     admin = await platform(api)
     before = await admin.http.get(f"/v1/tenants/{api.tenant_id}", headers=admin.admin.headers)
