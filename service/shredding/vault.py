@@ -223,11 +223,27 @@ class Vault:
 
 
 def vault_of(session: Any) -> Vault:
-    """The process's vault, carried by every session its runtime makes (`Runtime.vault`)."""
+    """The process's vault, carried by every session its runtime makes (`Runtime.vault`). A
+    session made elsewhere (a one-off CLI engine) has none: it reads unsealed rows as ever,
+    and fails loudly on the first sealed row it would have to open or write."""
     found = session.info.get("vault")
-    if not isinstance(found, Vault):
-        raise TypeError("this session was not made by a runtime: no vault to seal with")
-    return found
+    return found if isinstance(found, Vault) else _NO_VAULT
+
+
+class _NoVault(Vault):
+    def __init__(self) -> None:
+        self._cache = OrderedDict()
+
+    def refusal(self) -> str | None:
+        return "this process has no data key store"
+
+    async def _current(
+        self, tenant_id: uuid.UUID, owner_id: uuid.UUID, *, make: bool
+    ) -> tuple[uuid.UUID, bytes] | None:
+        raise TypeError("this session was not made by a runtime: it has no data key store")
+
+
+_NO_VAULT = _NoVault()
 
 
 async def opened_value(session: Any, row: Any) -> str:
