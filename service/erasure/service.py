@@ -101,7 +101,10 @@ class Finalisation:
     whole_tenant: bool = False
     """A deleted tenant (`key_tenant`): every data key of it is destroyed."""
     vacuum: bool = True
-    """False for a retried execution that only finishes destroying keys."""
+    """False for a retried execution whose VACUUM ran already: it only destroys keys."""
+    retried: bool = False
+    """From a retried execution: the needles (content, held in memory only) are gone, so no
+    second scan of the files is made."""
 
 
 _COPIES_NOT_REACHED = GUARANTEES["wal_replicas_backups"]
@@ -339,7 +342,12 @@ class ErasureService:
                 },
             }
         row = await self._row(principal, done.plan_id, lock=True)
-        if done.vacuum:
+        if done.retried and done.vacuum:
+            evidence["files_after"] = {
+                "scanned": False,
+                "why": "finished by a retried execution, which no longer holds the values",
+            }
+        elif done.vacuum:
             evidence["files_after"] = after or row.evidence.get("files_before", {})
         keys = dict(row.evidence.get("keys", {}))
         keys["key_ids"] = sorted({*keys.get("key_ids", []), *(str(one) for one in destroyed)})
@@ -541,7 +549,8 @@ class ErasureService:
 
 def _keys_left(row: ErasurePlan) -> Finalisation | None:
     """For an executed plan whose owners' data keys are not all destroyed yet (the key store
-    failed after the commit): a finalisation that destroys them and nothing else."""
+    failed after the commit, or the process died before its finalisation): a finalisation
+    that destroys them, and VACUUMs too if that never ran."""
     if not row.keys_pending:
         return None
     return Finalisation(
@@ -549,10 +558,11 @@ def _keys_left(row: ErasurePlan) -> Finalisation | None:
         row.rewrite,
         [],
         False,
-        (),
+        TOUCHED_TABLES,
         owners=list(row.keys_pending),
         key_tenant=row.tenant_id,
-        vacuum=False,
+        vacuum=not row.evidence.get("finalized", False),
+        retried=True,
     )
 
 

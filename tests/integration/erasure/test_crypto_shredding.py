@@ -13,6 +13,7 @@ import pytest
 from sqlalchemy import text
 
 from service.consolidation.jobs import CONSOLIDATION
+from service.erasure import controller as erasure_controller
 from service.erasure.files import scan
 from service.shredding import FileKeyStore, KeyDestroyed, KeyStoreUnavailable, Vault
 from service.transfer.run import export_record
@@ -268,6 +269,44 @@ async def test_a_retried_execution_destroys_the_key_the_store_failed_to(
     # Once done, a further retry has nothing left to do.
     third = await api.http.post(execute, json={"version": 1}, headers=api.admin.headers)
     assert third.json()["receipt"] == first.json()["receipt"]
+
+
+async def test_a_process_dying_after_the_commit_is_finished_by_a_retry(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await _configure(api, crypto_shredding=True)
+    await make_eraser(api)
+    dana = await api.new_agent("dana")
+    await api.remember(dana, subject="service:vault", key="passphrase", value=NOTE)
+    key_file = _key_dir(api) / api.tenant_id / f"{dana.principal_id}.key"
+
+    async def died(*_: Any) -> None:  # the commit happened; the finalisation never ran
+        return None
+
+    monkeypatch.setattr(erasure_controller, "finalize_after", died)
+    planned = (
+        await api.http.post(
+            "/v1/erasures",
+            json={"owners": [dana.principal_id], "reason": "request 2026-202"},
+            headers=api.admin.headers,
+        )
+    ).json()
+    execute = f"/v1/erasures/{planned['id']}/execute"
+    assert (await api.http.post(execute, json={"version": 1}, headers=api.admin.headers)).is_success
+    proof = await api.http.get(f"/v1/erasures/{planned['id']}/proof", headers=api.admin.headers)
+    assert proof.json()["evidence"]["keys"]["pending"] == 1
+    assert proof.json()["evidence"]["finalized"] is False
+    assert key_file.is_file()
+
+    monkeypatch.undo()
+    assert (await api.http.post(execute, json={"version": 1}, headers=api.admin.headers)).is_success
+    assert not key_file.exists()
+    evidence = (
+        await api.http.get(f"/v1/erasures/{planned['id']}/proof", headers=api.admin.headers)
+    ).json()["evidence"]
+    assert (evidence["keys"]["pending"], evidence["keys"]["destroyed"]) == (0, 1)
+    assert evidence["finalized"] is True  # the VACUUM it missed ran too
+    assert evidence["files_after"]["scanned"] is False
 
 
 async def test_the_mention_scan_reads_sealed_rows(api: Api) -> None:
