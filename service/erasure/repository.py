@@ -13,7 +13,7 @@ from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.db.models import ErasurePlan
-from service.shredding import vault_of
+from service.shredding import key_slot, vault_of
 
 ERASED_WHY = ("id", "subject", "owner", "version", "derived")
 """Why a row is erased (the reach's labels); `mention` rows are for review only."""
@@ -60,7 +60,8 @@ class Needle:
     value: str
     embedding: str | None
     sealed_by: uuid.UUID | None = None
-    """A sealed row's owner (whose data key it is sealed under); None: stored as text."""
+    """A sealed row's key slot (its owner, or the row itself for a job's summary:
+    `service.shredding.key_slot`); None: stored as text."""
 
 
 @dataclass(frozen=True)
@@ -135,7 +136,9 @@ async def needles(session: AsyncSession, tenant_id: uuid.UUID, plan_id: uuid.UUI
             row.memory_id,
             plain.get(row.memory_id, row.value),
             row.embedding,
-            sealed[row.memory_id].owner_id if row.memory_id in sealed else None,
+            key_slot(one.owner_id, one.id, one.value_key)
+            if (one := sealed.get(row.memory_id)) is not None
+            else None,
         )
         for row in rows
     ]

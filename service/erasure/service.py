@@ -123,7 +123,8 @@ def _copies(keys: dict[str, Any]) -> str:
         return _COPIES_NOT_REACHED + " (no erased row was sealed under a key this erasure destroys)"
     whole = "every erased row's" if shredded == rows else f"{shredded} of the {rows} erased rows'"
     return (
-        f"crypto-shredded: {whole} text was sealed under the data key of an erased owner, "
+        f"crypto-shredded: {whole} text was sealed under a data key this erasure destroys (an "
+        "erased owner's, or a summary's own), "
         "destroyed after the commit (the proof's evidence.keys says when): its copies in WAL, "
         "replicas and backups cannot be read any more. Their vectors and lexemes are not "
         "reached: they stay in those copies until WAL is recycled and backups expire"
@@ -275,7 +276,7 @@ class ErasureService:
         # The owners' data keys are destroyed after the commit (a key destroyed before it would
         # leave their rows unreadable if the transaction then failed); until then their ids
         # wait here, and a retried execution finishes the destruction.
-        row.keys_pending = list(row.owners)
+        row.keys_pending = _key_slots(erased, row.owners)
         row.owners, row.names = [], []
         row.erased, row.counts = erased, counts
         found_before: list[int] = before.get("found", [])
@@ -566,16 +567,25 @@ def _keys_left(row: ErasurePlan) -> Finalisation | None:
     )
 
 
+def _key_slots(erased: Sequence[uuid.UUID], owners: Sequence[uuid.UUID]) -> list[uuid.UUID]:
+    """The data keys the erasure destroys: the erased owners', and the own key of every erased
+    row that has one (a summary: `service.shredding.key_slot`). Every erased id is named, not
+    only the sealed rows': an older summary version retracted to a stub has no sealed value
+    left to tell, yet copies from before hold it sealed under its own key. A row without a
+    key of its own costs the store one miss."""
+    return sorted({*owners, *erased})
+
+
 def _key_layer(needles: Sequence[repository.Needle], owners: Sequence[uuid.UUID]) -> dict[str, int]:
-    """Counts, no ids: of the erased rows, how many were sealed, and how many under the key of
-    an owner this erasure destroys (the ones crypto-shredding reaches in copies)."""
-    erased_owners = set(owners)
+    """Counts, no ids: of the erased rows, how many were sealed, and how many under a key this
+    erasure destroys (the ones crypto-shredding reaches in copies)."""
+    destroyed = set(_key_slots([one.memory_id for one in needles], owners))
     sealed = [one for one in needles if one.sealed_by is not None]
     return {
         "rows": len(needles),
         "sealed_rows": len(sealed),
-        "shredded_rows": sum(1 for one in sealed if one.sealed_by in erased_owners),
-        "owners": len(erased_owners),
+        "shredded_rows": sum(1 for one in sealed if one.sealed_by in destroyed),
+        "owners": len(set(owners)),
     }
 
 

@@ -694,7 +694,10 @@ async def insert_many(
     if sealing:
         vault = vault_of(session)
         for row, override in zip(rows, overrides, strict=True):
-            sealed = await vault.seal(scope.tenant_id, row.owner_id, row.id, row.value)
+            # A consolidation summary (a reserved key only the job writes) gets a key of its
+            # own: it is erased, and its key destroyed, with any person it quotes.
+            own = row.kind == SUMMARY_KIND and row.key in RESERVED_KEYS
+            sealed = await vault.seal(scope.tenant_id, row.owner_id, row.id, row.value, own_key=own)
             override.update(
                 value="", value_sealed=sealed.blob, value_key=sealed.key_id, lexical=row.value
             )

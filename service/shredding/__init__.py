@@ -7,7 +7,14 @@ from service.shredding.keystore import (
     StoredKey,
     key_store_from,
 )
-from service.shredding.vault import KeyDestroyed, Sealed, Vault, opened_value, vault_of
+from service.shredding.vault import (
+    KeyDestroyed,
+    Sealed,
+    Vault,
+    key_slot,
+    opened_value,
+    vault_of,
+)
 
 __all__ = [
     "DataKeyStore",
@@ -17,6 +24,7 @@ __all__ = [
     "Sealed",
     "StoredKey",
     "Vault",
+    "key_slot",
     "key_store_from",
     "opened_value",
     "vault_of",

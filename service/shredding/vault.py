@@ -63,6 +63,14 @@ class Sealed:
     blob: bytes
 
 
+def key_slot(owner_id: uuid.UUID, memory_id: uuid.UUID, key_id: uuid.UUID | None) -> uuid.UUID:
+    """Whose data key seals a row: its owner's, except a consolidation summary's, which has a
+    key of its own whose id is the row's (`Vault.seal(own_key=True)`). A summary quotes the
+    people whose notes it was built from and is erased with them as a derived row: its own key
+    is destroyed with it, where the writer's key (the job's, shared by every summary) stays."""
+    return memory_id if key_id == memory_id else owner_id
+
+
 def _wrap_label(tenant_id: uuid.UUID, owner_id: uuid.UUID, key_id: uuid.UUID) -> str:
     return f"memgate.data-key.v1:{tenant_id}:{owner_id}:{key_id}"
 
@@ -105,25 +113,37 @@ class Vault:
         return None
 
     async def seal(
-        self, tenant_id: uuid.UUID, owner_id: uuid.UUID, memory_id: uuid.UUID, text: str
+        self,
+        tenant_id: uuid.UUID,
+        owner_id: uuid.UUID,
+        memory_id: uuid.UUID,
+        text: str,
+        *,
+        own_key: bool = False,
     ) -> Sealed:
-        found = await self._current(tenant_id, owner_id, make=True)
+        """`text` sealed under the owner's data key (made on first use), or with `own_key`
+        under a key of the row's own (its id the row's: `key_slot`)."""
+        slot = memory_id if own_key else owner_id
+        found = await self._current(
+            tenant_id, slot, make=True, key_id=memory_id if own_key else None
+        )
         assert found is not None  # made when missing
         key_id, key = found
         nonce = os.urandom(NONCE_BYTES)
-        aad = _value_aad(tenant_id, owner_id, memory_id, key_id)
+        aad = _value_aad(tenant_id, slot, memory_id, key_id)
         return Sealed(key_id, nonce + AESGCM(key).encrypt(nonce, text.encode(), aad))
 
     async def open(self, row: SealedRow) -> str:
         """The row's text. Raises `KeyDestroyed` when its key is gone or does not fit."""
         if row.value_sealed is None or row.value_key is None:
             raise ValueError("not a sealed row")
-        found = await self._current(row.tenant_id, row.owner_id, make=False)
+        slot = key_slot(row.owner_id, row.id, row.value_key)
+        found = await self._current(row.tenant_id, slot, make=False)
         if found is None or found[0] != row.value_key:
             raise KeyDestroyed(f"the data key of memory {row.id} is destroyed")
         key_id, key = found
         blob = bytes(row.value_sealed)
-        aad = _value_aad(row.tenant_id, row.owner_id, row.id, key_id)
+        aad = _value_aad(row.tenant_id, slot, row.id, key_id)
         try:
             return AESGCM(key).decrypt(blob[:NONCE_BYTES], blob[NONCE_BYTES:], aad).decode()
         except InvalidTag:
@@ -174,7 +194,8 @@ class Vault:
     async def destroy_owners(
         self, tenant_id: uuid.UUID, owners: Sequence[uuid.UUID]
     ) -> list[uuid.UUID]:
-        """Destroy the owners' data keys; answer the ids of those that existed."""
+        """Destroy the data keys of these key slots (owners, or job-written rows: `key_slot`);
+        answer the ids of those that existed."""
         destroyed = []
         for owner_id in owners:
             self._cache.pop((tenant_id, owner_id), None)
@@ -189,7 +210,12 @@ class Vault:
         return await self.store.destroy_tenant(tenant_id)
 
     async def _current(
-        self, tenant_id: uuid.UUID, owner_id: uuid.UUID, *, make: bool
+        self,
+        tenant_id: uuid.UUID,
+        owner_id: uuid.UUID,
+        *,
+        make: bool,
+        key_id: uuid.UUID | None = None,
     ) -> tuple[uuid.UUID, bytes] | None:
         slot = (tenant_id, owner_id)
         cached = self._cache.get(slot)
@@ -202,7 +228,7 @@ class Vault:
             if not make:
                 self._cache.pop(slot, None)
                 return None
-            key_id = uuid.uuid4()
+            key_id = key_id or uuid.uuid4()
             key = os.urandom(32)
             wrapped = self._kek.seal(_wrap_label(tenant_id, owner_id, key_id), key)
             stored = await self.store.create(tenant_id, owner_id, StoredKey(key_id, wrapped))
@@ -238,7 +264,12 @@ class _NoVault(Vault):
         return "this process has no data key store"
 
     async def _current(
-        self, tenant_id: uuid.UUID, owner_id: uuid.UUID, *, make: bool
+        self,
+        tenant_id: uuid.UUID,
+        owner_id: uuid.UUID,
+        *,
+        make: bool,
+        key_id: uuid.UUID | None = None,
     ) -> tuple[uuid.UUID, bytes] | None:
         raise TypeError("this session was not made by a runtime: it has no data key store")
 

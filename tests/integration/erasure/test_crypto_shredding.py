@@ -159,26 +159,42 @@ async def test_a_shredding_tenant_reads_as_before_and_stores_no_text(api: Api) -
 async def test_a_copy_taken_before_the_erasure_cannot_yield_the_text(api: Api) -> None:
     await _configure(api, crypto_shredding=True)
     await make_eraser(api)
-    dana = await api.new_agent("dana")
+    dana, erin = await api.new_agent("dana"), await api.new_agent("erin")
+    team = await team_space(api, "escrow", dana, erin)
+    job = await job_principal(api)
+    await grant(api, team, service_subject(job), "read", "write", "delete")
     ids = [
-        (await api.remember(dana, subject="service:vault", key=key, value=value))["id"]
-        for key, value in (("passphrase", NOTE), ("window", FIRST))
+        (await api.remember(dana, subject="service:vault", key="passphrase", value=NOTE))["id"],
+        (
+            await api.remember(
+                dana, subject="service:vault", key="rotation", value=TEAM, space_id=team
+            )
+        )["id"],
     ]
+    # A team summary built from her team note quotes it: sealed under a key of its own.
+    assert (await run_job(api.runtime, CONSOLIDATION, job)).counts["summaries_written"] == 1
+    summaries = await api.http.get(
+        "/v1/memories", params={"space_id": team, "kind": "summary"}, headers=erin.headers
+    )
+    [summary] = summaries.json()["items"]
+    assert TEAM in summary["value"]
+    ids.append(summary["id"])
     # Control: another tenant stores its text as text, and the copy's files show it.
     other = await api.other_tenant()
     carol = await other.new_agent("carol")
     await other.remember(carol, key="control", value=PLAIN)
-    needles = [NOTE.encode(), FIRST.encode(), PLAIN.encode()]
+    needles = [NOTE.encode(), TEAM.encode(), PLAIN.encode()]
     database = str(api.runtime.settings.database.url).rsplit("/", 1)[-1].split("?")[0]
     vault = vault_of_runtime(api)
 
     # The copy: the whole cluster as a base backup would hold it, taken before the erasure.
     with started_copy(api.runtime.settings.database.url) as copy:
         copied = _sealed_rows(copy.url(database), ids)
-        assert len(copied) == 2
+        assert len(copied) == 3
         assert all(row["value"] == "" for row in copied)
-        # Control: while the key exists, the copy's ciphertext opens with memgate's key store.
-        assert sorted([await vault.open(_Row(**row)) for row in copied]) == sorted([NOTE, FIRST])
+        # Control: while the keys exist, the copy's ciphertext opens with memgate's key store.
+        opened = {str(row["id"]): await vault.open(_Row(**row)) for row in copied}
+        assert opened == {ids[0]: NOTE, ids[1]: TEAM, ids[2]: summary["value"]}
 
         planned = await api.http.post(
             "/v1/erasures",
@@ -193,14 +209,15 @@ async def test_a_copy_taken_before_the_erasure_cannot_yield_the_text(api: Api) -
         )
         assert executed.status_code == 200, executed.text
         claims = executed.json()["claims"]
-        assert claims["keys"] == {"rows": 2, "sealed_rows": 2, "shredded_rows": 2, "owners": 1}
+        assert claims["keys"] == {"rows": 3, "sealed_rows": 3, "shredded_rows": 3, "owners": 1}
         assert claims["guarantees"]["wal_replicas_backups"].startswith("crypto-shredded")
         proof = await api.http.get(
             f"/v1/erasures/{planned.json()['id']}/proof", headers=api.admin.headers
         )
         keys = proof.json()["evidence"]["keys"]
-        assert (keys["pending"], keys["destroyed"]) == (0, 1), keys
-        assert keys["copies"].startswith("unreadable"), keys
+        # Her key and the summary's own.
+        assert (keys["pending"], keys["destroyed"]) == (0, 2), keys
+        assert keys["copies"].startswith("unreadable: the text of 3 of the 3"), keys
 
         # The copy still holds the sealed rows: the erasure did not reach it ...
         after = _sealed_rows(copy.url(database), ids)
@@ -250,7 +267,7 @@ async def test_a_retried_execution_destroys_the_key_the_store_failed_to(
     assert first.status_code == 200, first.text
     proof = await api.http.get(f"/v1/erasures/{planned['id']}/proof", headers=api.admin.headers)
     keys = proof.json()["evidence"]["keys"]
-    assert (keys["pending"], keys["destroyed"]) == (1, 0), keys
+    assert (keys["pending"], keys["destroyed"]) == (2, 0), keys
     assert "execute the plan again" in keys["error"]
     assert keys["copies"].startswith("pending"), keys
     assert proof.json()["evidence"]["finalized"] is True  # the VACUUM ran all the same
@@ -294,7 +311,8 @@ async def test_a_process_dying_after_the_commit_is_finished_by_a_retry(
     execute = f"/v1/erasures/{planned['id']}/execute"
     assert (await api.http.post(execute, json={"version": 1}, headers=api.admin.headers)).is_success
     proof = await api.http.get(f"/v1/erasures/{planned['id']}/proof", headers=api.admin.headers)
-    assert proof.json()["evidence"]["keys"]["pending"] == 1
+    # Two key slots: hers, and her row's own (which it has not: it was sealed under hers).
+    assert proof.json()["evidence"]["keys"]["pending"] == 2
     assert proof.json()["evidence"]["finalized"] is False
     assert key_file.is_file()
 

@@ -138,6 +138,16 @@ async def test_a_sealed_value_opens_only_in_its_own_place(tmp_path: Path) -> Non
     stranger = Vault(FileKeyStore(tmp_path / "keys"), _kek())
     with pytest.raises(KeyDestroyed):
         await stranger.open(_Row(memory_id, sealed.blob, sealed.key_id))
+    # A summary's own key: its id is the row's, and destroying it leaves the owner's key alone.
+    summary_id = uuid.uuid4()
+    own = await vault.seal(TENANT, OWNER, summary_id, "quotes qx9 secret", own_key=True)
+    assert own.key_id == summary_id
+    assert (tmp_path / "keys" / str(TENANT) / f"{summary_id}.key").is_file()
+    assert await vault.open(_Row(summary_id, own.blob, own.key_id)) == "quotes qx9 secret"
+    assert await vault.destroy_owners(TENANT, [summary_id]) == [summary_id]
+    with pytest.raises(KeyDestroyed):
+        await vault.open(_Row(summary_id, own.blob, own.key_id))
+    assert await vault.open(_Row(memory_id, sealed.blob, sealed.key_id)) == "qx9 secret"
     # Stored answers: bound to their place the same way.
     answer = await vault.seal_answer(TENANT, OWNER, "idem|a", b'{"value":"qx9 secret"}')
     assert b"qx9" not in answer
