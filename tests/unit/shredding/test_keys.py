@@ -20,34 +20,9 @@ from service.shredding import (
     Vault,
     key_store_from,
 )
+from tests.fixtures.kms import MemoryKms
 
 TENANT, OWNER, OTHER = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
-
-
-class MemoryKms:
-    """A stand-in for a KMS reached through the plug point: shared by every replica."""
-
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-        self.keys: dict[tuple[uuid.UUID, uuid.UUID], StoredKey] = {}
-
-    @property
-    def shared(self) -> bool:
-        return True
-
-    async def create(self, tenant_id: uuid.UUID, owner_id: uuid.UUID, key: StoredKey) -> StoredKey:
-        return self.keys.setdefault((tenant_id, owner_id), key)
-
-    async def fetch(self, tenant_id: uuid.UUID, owner_id: uuid.UUID) -> StoredKey | None:
-        return self.keys.get((tenant_id, owner_id))
-
-    async def destroy(self, tenant_id: uuid.UUID, owner_id: uuid.UUID) -> uuid.UUID | None:
-        gone = self.keys.pop((tenant_id, owner_id), None)
-        return None if gone is None else gone.key_id
-
-    async def destroy_tenant(self, tenant_id: uuid.UUID) -> list[uuid.UUID]:
-        mine = [slot for slot in self.keys if slot[0] == tenant_id]
-        return [self.keys.pop(slot).key_id for slot in mine]
 
 
 def _kek() -> KeyEncryptionKey:
@@ -100,7 +75,7 @@ async def test_the_file_store_refuses_a_symbolic_link_or_an_open_folder(tmp_path
 
 
 async def test_the_kms_plug_point_is_named_by_a_setting(tmp_path: Path) -> None:
-    named = ShreddingSettings(data_key_store=f"{__name__}:MemoryKms")
+    named = ShreddingSettings(data_key_store="tests.fixtures.kms:MemoryKms")
     settings = replace(Settings(), shredding=named)
     store = key_store_from(settings)
     assert isinstance(store, MemoryKms)
