@@ -314,6 +314,17 @@ def test_api_pods_leave_the_jobs_to_the_cron_jobs(docs: list[Manifest]) -> None:
     assert one(without, "ConfigMap")["data"]["MEMGATE_AUDIT_CHECKPOINT_SECONDS"] == "300"
 
 
+def test_the_data_key_store_is_a_value(docs: list[Manifest]) -> None:
+    """Crypto-shredding's key store: `file` by default (the server then refuses the setting on
+    Kubernetes), a KMS plug point when named; anything else fails the values schema."""
+    assert one(docs, "ConfigMap")["data"]["MEMGATE_DATA_KEY_STORE"] == "file"
+    kms = {**MINIMAL, "config": {"dataKeyStore": "acme_kms.memgate:store"}}
+    rendered = one(manifests(render(kms)), "ConfigMap")["data"]
+    assert rendered["MEMGATE_DATA_KEY_STORE"] == "acme_kms.memgate:store"
+    with pytest.raises(helm.HelmValuesError, match="dataKeyStore"):
+        render({**MINIMAL, "config": {"dataKeyStore": "kms; rm -rf /"}})
+
+
 def test_network_policies_admit_only_the_ingress_controller(
     case: tuple[str, list[Manifest]],
 ) -> None:
