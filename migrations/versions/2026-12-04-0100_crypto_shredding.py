@@ -15,8 +15,6 @@
   ids), for the proof's needles, SECURITY DEFINER like `memgate_erasure_values`;
   `memgate_erasure_sealed_mentions(plan)`: the live sealed rows it does not erase, which the
   service opens for the mention scan (`strpos` over `value` cannot see their text).
-- `erasure_plans.keys_pending`: the owners whose data keys an executed erasure has still to
-  destroy (after its commit).
 
 Revision ID: 20261204_crypto_shredding
 Revises: 20261203_erasure
@@ -77,7 +75,8 @@ CREATE FUNCTION memgate_lexical() RETURNS trigger
 LANGUAGE plpgsql SET search_path = public, pg_temp AS $$
 BEGIN
     -- An unsealed row's lexemes are its text's, as when the column was generated; a sealed
-    -- row's were made from the plaintext by its insert (the database never sees that text).
+    -- row's were made by its insert, from the plaintext sent as that statement's parameter
+    -- (stored in no column: docs/erasure.md says where a server could still log it).
     IF NEW.value_sealed IS NULL THEN
         NEW.lexical := to_tsvector(NEW.lexical_config, NEW.value);
     END IF;
@@ -114,8 +113,6 @@ REVOKE ALL ON FUNCTION memgate_erasure_sealed(uuid), memgate_erasure_sealed_ment
     FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION memgate_erasure_sealed(uuid), memgate_erasure_sealed_mentions(uuid)
     TO {APP_ROLE};
-
-ALTER TABLE erasure_plans ADD COLUMN keys_pending uuid[] NOT NULL DEFAULT '{{}}';
 """
 
 DOWNGRADE = """
@@ -126,7 +123,6 @@ BEGIN
             USING HINT = 'turn crypto_shredding off and rewrite or erase the sealed rows first';
     END IF;
 END $$;
-ALTER TABLE erasure_plans DROP COLUMN keys_pending;
 DROP FUNCTION memgate_erasure_sealed_mentions(uuid), memgate_erasure_sealed(uuid);
 DROP TRIGGER memories_lexical ON memories;
 DROP FUNCTION memgate_lexical();

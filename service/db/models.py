@@ -900,12 +900,6 @@ class ErasurePlan(Base):
     evidence: Mapped[dict[str, Any]] = mapped_column(
         JSONB, nullable=False, server_default=text("'{}'::jsonb")
     )
-    keys_pending: Mapped[list[uuid.UUID]] = mapped_column(
-        ARRAY(UUID), nullable=False, server_default=text("'{}'")
-    )
-    """The data keys the execution still has to destroy, by key slot (the erased owners, and
-    the summaries it erased, which have keys of their own): after its commit, in the
-    finalisation; a retried execution finishes it. Emptied once they are destroyed."""
 
 
 class ErasureTombstone(Base):

@@ -95,13 +95,6 @@ class Finalisation:
     needles: list[bytes] = field(repr=False)
     local: bool
     tables: tuple[str, ...] = TOUCHED_TABLES
-    owners: list[uuid.UUID] = field(default_factory=list, repr=False)
-    """Whose data keys to destroy (the plan's `keys_pending`), in `key_tenant`."""
-    key_tenant: uuid.UUID | None = None
-    whole_tenant: bool = False
-    """A deleted tenant (`key_tenant`): every data key of it is destroyed."""
-    vacuum: bool = True
-    """False for a retried execution whose VACUUM ran already: it only destroys keys."""
     retried: bool = False
     """From a retried execution: the needles (content, held in memory only) are gone, so no
     second scan of the files is made."""
@@ -109,7 +102,8 @@ class Finalisation:
 
 _COPIES_NOT_REACHED = GUARANTEES["wal_replicas_backups"]
 _TENANT_COPIES = (
-    "every data key of the tenant is destroyed after the commit: the text of its sealed rows "
+    "every data key of the tenant is destroyed in the deletion's transaction: the text of "
+    "its sealed rows "
     "(written while crypto_shredding was on) cannot be read from WAL, replicas or backups; "
     "the text of its other rows, and every vector and lexeme, is not reached: copies stay "
     "until WAL is recycled and backups expire"
@@ -125,7 +119,8 @@ def _copies(keys: dict[str, Any]) -> str:
     return (
         f"crypto-shredded: {whole} text was sealed under a data key this erasure destroys (an "
         "erased owner's, or a summary's own), "
-        "destroyed after the commit (the proof's evidence.keys says when): its copies in WAL, "
+        "destroyed in the erasure's transaction while the tenant's writes were held out: its "
+        "copies in WAL, "
         "replicas and backups cannot be read any more. Their vectors and lexemes are not "
         "reached: they stay in those copies until WAL is recycled and backups expire"
         + ("" if shredded == rows else "; the other rows' text is not reached either")
@@ -207,7 +202,7 @@ class ErasureService:
         reaches, which the fingerprint, checked under the lock, proves are what is erased."""
         peeked = await self._row(principal, plan_id)
         if peeked.state == "executed":
-            return _receipt(peeked), _keys_left(peeked)
+            return _receipt(peeked), _unfinished(peeked)
         needles = await repository.needles(self._session, principal.tenant_id, plan_id)
         wanted, total = _needle_bytes(needles)
         before: dict[str, Any] = {"scanned": False, "why": "nothing to look for"}
@@ -217,7 +212,7 @@ class ErasureService:
         await revocations.hold_out_writes(self._session, principal.tenant_id)
         row = await self._row(principal, plan_id, lock=True)
         if row.state == "executed":  # a concurrent execution committed first
-            return _receipt(row), _keys_left(row)
+            return _receipt(row), _unfinished(row)
         reached = await repository.reach(self._session, row.id)
         if version != row.version or repository.fingerprint(reached) != row.fingerprint:
             raise ErasurePlanStale(
@@ -238,6 +233,14 @@ class ErasureService:
         )
         counts = await repository.execute(self._session, row.id)
         keys = _key_layer(needles, row.owners)
+        # The data keys die with the rows, in this transaction and while the tenant's writes
+        # are held out: a write that waited for the lock seals under a new key (the vault asks
+        # the store, not its cache), so nothing written after the erasure is sealed under a
+        # destroyed key. Every row sealed under these keys is erased here, so if the commit then
+        # failed, only rows this plan erases would read empty, until it is executed again.
+        destroyed = await self._destroy_keys(
+            principal.tenant_id, _key_slots(erased, row.owners), whole_tenant=False
+        )
         mentions_left = await repository.reach(self._session, row.id)
         left = await repository.left(self._session, erased, row.owners)
         key = await self._runtime.pseudonyms.key(self._session, principal.tenant_id)
@@ -273,10 +276,6 @@ class ErasureService:
         # Ids, counts and digests only from here: the subjects as their pseudonyms, no names,
         # no owner ids (the receipt's pseudonyms would resolve through them).
         row.subjects = subjects
-        # The owners' data keys are destroyed after the commit (a key destroyed before it would
-        # leave their rows unreadable if the transaction then failed); until then their ids
-        # wait here, and a retried execution finishes the destruction.
-        row.keys_pending = _key_slots(erased, row.owners)
         row.owners, row.names = [], []
         row.erased, row.counts = erased, counts
         found_before: list[int] = before.get("found", [])
@@ -301,81 +300,62 @@ class ErasureService:
                 "observable": sum(1 for n in found_before if n > 0),
             },
             "files_before": before,
-            "keys": keys | {"pending": len(row.keys_pending), "destroyed": 0, "key_ids": []},
+            "keys": keys | destroyed,
         }
         await self._session.flush()
         self._facts.add_targets([row.id, *erased])
         self._facts.count(len(erased))
         if not erased:  # nothing to VACUUM: no rewrite of shared tables for an empty plan
-            return _receipt(row), _keys_left(row)
-        finalisation = Finalisation(
-            row.id,
-            row.rewrite,
-            wanted,
-            local,
-            owners=row.keys_pending,
-            key_tenant=principal.tenant_id,
-        )
-        return _receipt(row), finalisation
+            return _receipt(row), None
+        return _receipt(row), Finalisation(row.id, row.rewrite, wanted, local)
 
     async def finalize(self, principal: Principal, done: Finalisation) -> None:
         """After the execution committed: VACUUM the touched tables (FULL when the plan asks),
-        scan the files again for the same needles, and note it all in the plan's evidence.
-        First the data keys of the erased owners (or of the deleted tenant) are destroyed: if
-        the key store fails, the rest still runs and the owners stay pending, for a retried
-        execution to finish (docs/erasure.md, "Crypto-shredding")."""
-        destroyed, failed = await self._destroy_keys(done)
-        evidence: dict[str, Any] = {}
-        if done.vacuum:
-            maintenance = self._maintenance()
-            vacuum = await anyio.to_thread.run_sync(
-                lambda: maintenance.vacuum(done.tables, rewrite=done.rewrite)
-            )
-            after, _ = (
-                await self._scan_files(done.needles, done.tables) if done.local else ({}, False)
-            )
-            evidence = {
-                "finalized": True,
-                "vacuum": {
-                    "full": done.rewrite,
-                    "tables": vacuum,
-                    "at": datetime.now(UTC).isoformat(),
-                },
-            }
+        scan the files again for the same needles, and note it all in the plan's evidence."""
+        maintenance = self._maintenance()
+        vacuum = await anyio.to_thread.run_sync(
+            lambda: maintenance.vacuum(done.tables, rewrite=done.rewrite)
+        )
+        after, _ = await self._scan_files(done.needles, done.tables) if done.local else ({}, False)
         row = await self._row(principal, done.plan_id, lock=True)
-        if done.retried and done.vacuum:
+        evidence: dict[str, Any] = {
+            "finalized": True,
+            "vacuum": {"full": done.rewrite, "tables": vacuum, "at": datetime.now(UTC).isoformat()},
+            "files_after": after or row.evidence.get("files_before", {}),
+        }
+        if done.retried:
             evidence["files_after"] = {
                 "scanned": False,
                 "why": "finished by a retried execution, which no longer holds the values",
             }
-        elif done.vacuum:
-            evidence["files_after"] = after or row.evidence.get("files_before", {})
-        keys = dict(row.evidence.get("keys", {}))
-        keys["key_ids"] = sorted({*keys.get("key_ids", []), *(str(one) for one in destroyed)})
-        keys["destroyed"] = len(keys["key_ids"])
-        if failed is None:
-            row.keys_pending = []
-            keys["pending"] = 0
-            keys["destroyed_at"] = datetime.now(UTC).isoformat()
-            keys.pop("error", None)
-        else:
-            keys["pending"] = len(row.keys_pending) or int(done.whole_tenant)
-            keys["error"] = failed
-        row.evidence = row.evidence | evidence | {"keys": keys}
+        row.evidence = row.evidence | evidence
         await self._session.flush()
         self._facts.add_targets([row.id])
 
-    async def _destroy_keys(self, done: Finalisation) -> tuple[list[uuid.UUID], str | None]:
-        """The ids of the data keys destroyed, and why the store failed (None: it did not)."""
+    async def _destroy_keys(
+        self, tenant_id: uuid.UUID, slots: Sequence[uuid.UUID], *, whole_tenant: bool
+    ) -> dict[str, Any]:
+        """Destroy the data keys of `slots` (or every key of the tenant) now, inside the
+        erasure's transaction; answer the proof's key facts. A store that fails is a problem
+        that rolls the erasure back: nothing is erased, and executing it again finishes."""
         vault = vault_of(self._session)
-        if done.key_tenant is None:
-            return [], None
         try:
-            if done.whole_tenant:
-                return await vault.destroy_tenant(done.key_tenant), None
-            return await vault.destroy_owners(done.key_tenant, done.owners), None
+            if whole_tenant:
+                destroyed = await vault.destroy_tenant(tenant_id)
+            else:
+                destroyed = await vault.destroy_owners(tenant_id, slots)
         except KeyStoreUnavailable as exc:
-            return [], f"the data key store failed ({exc}); execute the plan again to finish"
+            raise ServiceUnavailable(
+                f"The data key store did not answer while destroying the erased owners' keys "
+                f"({exc}). Nothing was erased. Execute the erasure again once the store "
+                "answers; until then rows it erases may already read empty."
+            ) from None
+        return {
+            "pending": 0,
+            "destroyed": len(destroyed),
+            "key_ids": sorted(str(one) for one in destroyed),
+            "destroyed_at": datetime.now(UTC).isoformat(),
+        }
 
     async def proof(self, principal: Principal, plan_id: uuid.UUID) -> Proof:
         row = await self._row(principal, plan_id)
@@ -411,6 +391,7 @@ class ErasureService:
         wanted = list(dict.fromkeys(value.encode() for value in values))
         before, local = await self._scan_files(wanted, TENANT_TABLES)
         counts = await repository.erase_tenant(self._session, tenant_id, drop_audit=drop_audit)
+        destroyed = await self._destroy_keys(tenant_id, [], whole_tenant=True)
         key = await self._runtime.pseudonyms.key(self._session, principal.tenant_id)
         executed_at = datetime.now(UTC)
         row = ErasurePlan(
@@ -446,14 +427,12 @@ class ErasureService:
             "finalized": False,
             "needles": {"values": len(wanted), "total": len(wanted), "truncated": False},
             "files_before": before,
-            "keys": {"whole_tenant": True, "pending": 1, "destroyed": 0, "key_ids": []},
+            "keys": {"whole_tenant": True} | destroyed,
         }
         self._session.add(row)
         await self._session.flush()
         self._facts.add_targets([row.id])
-        done = Finalisation(
-            row.id, True, wanted, local, TENANT_TABLES, key_tenant=tenant_id, whole_tenant=True
-        )
+        done = Finalisation(row.id, True, wanted, local, TENANT_TABLES)
         return row.id, _receipt(row), done
 
     async def tenant_proof(self, principal: Principal, tenant_id: uuid.UUID) -> dict[str, Any]:
@@ -548,23 +527,12 @@ class ErasureService:
         )
 
 
-def _keys_left(row: ErasurePlan) -> Finalisation | None:
-    """For an executed plan whose owners' data keys are not all destroyed yet (the key store
-    failed after the commit, or the process died before its finalisation): a finalisation
-    that destroys them, and VACUUMs too if that never ran."""
-    if not row.keys_pending:
+def _unfinished(row: ErasurePlan) -> Finalisation | None:
+    """For an executed plan whose finalisation never ran (the process died after the commit):
+    one that VACUUMs now, without the second file scan (the values were held in memory)."""
+    if row.evidence.get("finalized", True) or not row.erased:
         return None
-    return Finalisation(
-        row.id,
-        row.rewrite,
-        [],
-        False,
-        TOUCHED_TABLES,
-        owners=list(row.keys_pending),
-        key_tenant=row.tenant_id,
-        vacuum=not row.evidence.get("finalized", False),
-        retried=True,
-    )
+    return Finalisation(row.id, row.rewrite, [], False, TOUCHED_TABLES, retried=True)
 
 
 def _key_slots(erased: Sequence[uuid.UUID], owners: Sequence[uuid.UUID]) -> list[uuid.UUID]:
@@ -592,8 +560,6 @@ def _key_layer(needles: Sequence[repository.Needle], owners: Sequence[uuid.UUID]
 def _copies_now(keys: dict[str, Any]) -> str:
     """The proof's word on the erased text's copies in WAL, replicas and backups, today."""
     if keys.get("whole_tenant"):
-        if keys.get("pending"):
-            return "pending: the tenant's data keys are not destroyed yet"
         return (
             "the tenant's data keys are destroyed: the sealed text of its rows cannot be read "
             "from any copy; text of rows stored before crypto-shredding was on, vectors and "
@@ -601,8 +567,6 @@ def _copies_now(keys: dict[str, Any]) -> str:
         )
     if not keys.get("shredded_rows"):
         return "not reached: no erased row was sealed under a key this erasure destroys"
-    if keys.get("pending"):
-        return "pending: the owners' data keys are not destroyed yet (execute the plan again)"
     rows, shredded = keys.get("rows", 0), keys["shredded_rows"]
     return (
         f"unreadable: the text of {shredded} of the {rows} erased rows cannot be read from any "

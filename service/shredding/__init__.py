@@ -9,6 +9,7 @@ from service.shredding.keystore import (
 )
 from service.shredding.vault import (
     KeyDestroyed,
+    KeyUnopenable,
     Sealed,
     Vault,
     key_slot,
@@ -21,6 +22,7 @@ __all__ = [
     "FileKeyStore",
     "KeyDestroyed",
     "KeyStoreUnavailable",
+    "KeyUnopenable",
     "Sealed",
     "StoredKey",
     "Vault",

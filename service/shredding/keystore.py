@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
+import anyio
+
 from service.settings import Settings
 
 KEY_ID_BYTES = 16
@@ -85,7 +87,28 @@ class FileKeyStore:
     def shared(self) -> bool:
         return False
 
+    # The file work runs on a worker thread: its fsyncs would otherwise stall the event loop.
+
     async def create(self, tenant_id: uuid.UUID, owner_id: uuid.UUID, key: StoredKey) -> StoredKey:
+        await anyio.to_thread.run_sync(self._create, tenant_id, owner_id, key)
+        kept = await self.fetch(tenant_id, owner_id)
+        if kept is None:
+            raise KeyStoreUnavailable("a data key just stored could not be read back")
+        return kept
+
+    async def fetch(self, tenant_id: uuid.UUID, owner_id: uuid.UUID) -> StoredKey | None:
+        found: StoredKey | None = await anyio.to_thread.run_sync(self._fetch, tenant_id, owner_id)
+        return found
+
+    async def destroy(self, tenant_id: uuid.UUID, owner_id: uuid.UUID) -> uuid.UUID | None:
+        found: uuid.UUID | None = await anyio.to_thread.run_sync(self._destroy, tenant_id, owner_id)
+        return found
+
+    async def destroy_tenant(self, tenant_id: uuid.UUID) -> list[uuid.UUID]:
+        found: list[uuid.UUID] = await anyio.to_thread.run_sync(self._destroy_tenant, tenant_id)
+        return found
+
+    def _create(self, tenant_id: uuid.UUID, owner_id: uuid.UUID, key: StoredKey) -> None:
         folder = self._tenant_folder(tenant_id, make=True)
         assert folder is not None  # made
         final = folder / f"{owner_id}.key"
@@ -107,12 +130,8 @@ class FileKeyStore:
             _sync_folder(folder)
         except OSError as exc:
             raise KeyStoreUnavailable(f"the data key folder {folder} is not writable") from exc
-        kept = await self.fetch(tenant_id, owner_id)
-        if kept is None:
-            raise KeyStoreUnavailable("a data key just stored could not be read back")
-        return kept
 
-    async def fetch(self, tenant_id: uuid.UUID, owner_id: uuid.UUID) -> StoredKey | None:
+    def _fetch(self, tenant_id: uuid.UUID, owner_id: uuid.UUID) -> StoredKey | None:
         folder = self._tenant_folder(tenant_id, make=False)
         if folder is None:
             return None
@@ -128,13 +147,16 @@ class FileKeyStore:
             raise KeyStoreUnavailable("a data key file is truncated")
         return StoredKey(uuid.UUID(bytes=raw[:KEY_ID_BYTES]), raw[KEY_ID_BYTES:])
 
-    async def destroy(self, tenant_id: uuid.UUID, owner_id: uuid.UUID) -> uuid.UUID | None:
+    def _destroy(self, tenant_id: uuid.UUID, owner_id: uuid.UUID) -> uuid.UUID | None:
         folder = self._tenant_folder(tenant_id, make=False)
         if folder is None:
             return None
-        return self._shred(folder, folder / f"{owner_id}.key")
+        destroyed = self._shred(folder, folder / f"{owner_id}.key")
+        for leftover in folder.glob(f".{owner_id}.*.shred"):  # a destroy that crashed midway
+            self._wipe(folder, leftover)
+        return destroyed
 
-    async def destroy_tenant(self, tenant_id: uuid.UUID) -> list[uuid.UUID]:
+    def _destroy_tenant(self, tenant_id: uuid.UUID) -> list[uuid.UUID]:
         folder = self._tenant_folder(tenant_id, make=False)
         if folder is None:
             return []
@@ -143,6 +165,8 @@ class FileKeyStore:
             for path in sorted(folder.glob("*.key"))
             if (key_id := self._shred(folder, path)) is not None
         ]
+        for leftover in folder.glob(".*.shred"):  # destroys that crashed midway
+            self._wipe(folder, leftover)
         for leftover in folder.glob(".*.tmp"):  # a create that crashed before its link
             leftover.unlink(missing_ok=True)
         with contextlib.suppress(OSError):
@@ -151,6 +175,20 @@ class FileKeyStore:
         return destroyed
 
     def _shred(self, folder: Path, path: Path) -> uuid.UUID | None:
+        """Take the key off its name first (a rename, synced), then overwrite and unlink it: a
+        crash in between leaves no half-wiped file where `fetch` looks, only a hidden one the
+        next destroy of the owner (or the tenant) wipes."""
+        hidden = folder / f".{path.stem}.{secrets.token_hex(8)}.shred"
+        try:
+            os.rename(path, hidden)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise KeyStoreUnavailable("a data key file could not be removed") from exc
+        _sync_folder(folder)
+        return self._wipe(folder, hidden)
+
+    def _wipe(self, folder: Path, path: Path) -> uuid.UUID | None:
         try:
             fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW)
         except FileNotFoundError:
@@ -169,7 +207,8 @@ class FileKeyStore:
             _sync_folder(folder)
         except OSError as exc:
             raise KeyStoreUnavailable("a data key file could not be removed") from exc
-        return uuid.UUID(bytes=raw[:KEY_ID_BYTES]) if len(raw) >= KEY_ID_BYTES else None
+        key_id = raw[:KEY_ID_BYTES]
+        return uuid.UUID(bytes=key_id) if len(raw) >= KEY_ID_BYTES and any(key_id) else None
 
     def _tenant_folder(self, tenant_id: uuid.UUID, *, make: bool) -> Path | None:
         root = self._folder

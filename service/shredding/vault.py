@@ -10,7 +10,9 @@ row, owner or tenant does not open. Destroying the owner's data key makes every 
 ciphertext (WAL, replicas, base backups, a copied data directory) unreadable.
 
 Unwrapped keys are cached per process, bounded in number and age, and dropped at once when this
-process destroys them; they are never logged.
+process destroys them; they are never logged. Sealing asks the store every time whether the
+owner's key still exists (another process may have destroyed it: a text sealed under a
+destroyed key would be lost), and opening asks it again when the cached key is not the row's.
 """
 
 from __future__ import annotations
@@ -40,6 +42,12 @@ NONCE_BYTES = 12
 class KeyDestroyed(Exception):
     """The data key a sealed value needs is gone (erased), or is not the one it was sealed
     under: the text cannot be recovered."""
+
+
+class KeyUnopenable(Exception):
+    """A data key is in the store but does not open with this key-encryption key (another
+    MEMGATE_KEY_ENCRYPTION_KEY wrapped it). Not an erasure: the call fails rather than read the
+    text as gone, and no new key is made beside it."""
 
 
 class SealedRow(Protocol):
@@ -125,7 +133,7 @@ class Vault:
         under a key of the row's own (its id the row's: `key_slot`)."""
         slot = memory_id if own_key else owner_id
         found = await self._current(
-            tenant_id, slot, make=True, key_id=memory_id if own_key else None
+            tenant_id, slot, make=True, key_id=memory_id if own_key else None, fresh=True
         )
         assert found is not None  # made when missing
         key_id, key = found
@@ -138,7 +146,7 @@ class Vault:
         if row.value_sealed is None or row.value_key is None:
             raise ValueError("not a sealed row")
         slot = key_slot(row.owner_id, row.id, row.value_key)
-        found = await self._current(row.tenant_id, slot, make=False)
+        found = await self._current(row.tenant_id, slot, make=False, want=row.value_key)
         if found is None or found[0] != row.value_key:
             raise KeyDestroyed(f"the data key of memory {row.id} is destroyed")
         key_id, key = found
@@ -168,7 +176,7 @@ class Vault:
         """A stored answer that holds memory text (an idempotent write's), sealed under the
         caller's data key like the rows it names: `SEALED_ANSWER`, key id, nonce, ciphertext;
         `label` (the answer's place) is bound in, so it opens nowhere else."""
-        found = await self._current(tenant_id, owner_id, make=True)
+        found = await self._current(tenant_id, owner_id, make=True, fresh=True)
         assert found is not None  # made when missing
         key_id, key = found
         nonce = os.urandom(NONCE_BYTES)
@@ -181,7 +189,7 @@ class Vault:
         """`seal_answer`'s bytes opened; raises `KeyDestroyed` when the key is gone."""
         body = sealed[len(SEALED_ANSWER) :]
         key_id = uuid.UUID(bytes=body[:16])
-        found = await self._current(tenant_id, owner_id, make=False)
+        found = await self._current(tenant_id, owner_id, make=False, want=key_id)
         if found is None or found[0] != key_id:
             raise KeyDestroyed("the data key of a stored answer is destroyed")
         nonce, ciphertext = body[16 : 16 + NONCE_BYTES], body[16 + NONCE_BYTES :]
@@ -216,14 +224,23 @@ class Vault:
         *,
         make: bool,
         key_id: uuid.UUID | None = None,
+        fresh: bool = False,
+        want: uuid.UUID | None = None,
     ) -> tuple[uuid.UUID, bytes] | None:
+        """The slot's key. From the cache only to open (`want`: the key id the row names,
+        which the cached key must be); `fresh` (sealing) asks the store whether it still
+        exists, and unwraps only a key the cache does not hold."""
         slot = (tenant_id, owner_id)
         cached = self._cache.get(slot)
         now = time.monotonic()
-        if cached is not None and now - cached[0] < CACHE_SECONDS:
+        usable = cached is not None and now - cached[0] < CACHE_SECONDS
+        if usable and not fresh and cached is not None and (want is None or cached[1] == want):
             self._cache.move_to_end(slot)
             return cached[1], cached[2]
         stored = await self.store.fetch(tenant_id, owner_id)
+        if stored is not None and usable and cached is not None and cached[1] == stored.key_id:
+            self._cache.move_to_end(slot)
+            return cached[1], cached[2]
         if stored is None:
             if not make:
                 self._cache.pop(slot, None)
@@ -243,7 +260,7 @@ class Vault:
         try:
             return self._kek.open(_wrap_label(tenant_id, owner_id, stored.key_id), stored.wrapped)
         except InvalidTag:
-            raise KeyDestroyed(
+            raise KeyUnopenable(
                 "a data key does not open with this MEMGATE_KEY_ENCRYPTION_KEY"
             ) from None
 
@@ -270,6 +287,8 @@ class _NoVault(Vault):
         *,
         make: bool,
         key_id: uuid.UUID | None = None,
+        fresh: bool = False,
+        want: uuid.UUID | None = None,
     ) -> tuple[uuid.UUID, bytes] | None:
         raise TypeError("this session was not made by a runtime: it has no data key store")
 

@@ -237,13 +237,15 @@ async def test_a_copy_taken_before_the_erasure_cannot_yield_the_text(api: Api) -
     assert not any(_key_dir(api).rglob(f"{dana.principal_id}.key"))
 
 
-async def test_a_retried_execution_destroys_the_key_the_store_failed_to(
+async def test_a_key_store_that_fails_erases_nothing_and_a_retry_finishes(
     api: Api, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The keys die with the rows, in the execution's transaction: a store that fails there
+    rolls the erasure back (503, nothing erased), and executing it again erases and shreds."""
     await _configure(api, crypto_shredding=True)
     await make_eraser(api)
     dana = await api.new_agent("dana")
-    await api.remember(dana, subject="service:vault", key="passphrase", value=NOTE)
+    memory = await api.remember(dana, subject="service:vault", key="passphrase", value=NOTE)
     key_file = _key_dir(api) / api.tenant_id / f"{dana.principal_id}.key"
     assert key_file.is_file()
     assert oct(key_file.stat().st_mode & 0o777) == "0o600"
@@ -264,28 +266,25 @@ async def test_a_retried_execution_destroys_the_key_the_store_failed_to(
     ).json()
     execute = f"/v1/erasures/{planned['id']}/execute"
     first = await api.http.post(execute, json={"version": 1}, headers=api.admin.headers)
-    assert first.status_code == 200, first.text
+    problem = assert_problem(first, 503, "service-unavailable")
+    assert "Nothing was erased" in problem["detail"]
+    assert "the KMS does not answer" in problem["detail"]
+    assert key_file.is_file()
+    kept = await api.http.get(f"/v1/memories/{memory['id']}", headers=dana.headers)
+    assert kept.json()["value"] == NOTE  # the rows are there, and still read
     proof = await api.http.get(f"/v1/erasures/{planned['id']}/proof", headers=api.admin.headers)
-    keys = proof.json()["evidence"]["keys"]
-    assert (keys["pending"], keys["destroyed"]) == (2, 0), keys
-    assert "execute the plan again" in keys["error"]
-    assert keys["copies"].startswith("pending"), keys
-    assert proof.json()["evidence"]["finalized"] is True  # the VACUUM ran all the same
-    assert key_file.is_file()  # the rows are gone, the key is not yet
+    assert proof.json()["state"] == "planned"
 
     monkeypatch.setattr(store, "destroy", destroy)  # the KMS is back
     second = await api.http.post(execute, json={"version": 1}, headers=api.admin.headers)
     assert second.status_code == 200, second.text
-    assert second.json()["receipt"] == first.json()["receipt"]  # the same receipt again
     assert not key_file.exists()
     proof = await api.http.get(f"/v1/erasures/{planned['id']}/proof", headers=api.admin.headers)
     keys = proof.json()["evidence"]["keys"]
     assert (keys["pending"], keys["destroyed"]) == (0, 1), keys
-    assert "error" not in keys
     assert keys["copies"].startswith("unreadable"), keys
-    # Once done, a further retry has nothing left to do.
     third = await api.http.post(execute, json={"version": 1}, headers=api.admin.headers)
-    assert third.json()["receipt"] == first.json()["receipt"]
+    assert third.json()["receipt"] == second.json()["receipt"]  # the same receipt again
 
 
 async def test_a_process_dying_after_the_commit_is_finished_by_a_retry(
@@ -311,20 +310,60 @@ async def test_a_process_dying_after_the_commit_is_finished_by_a_retry(
     execute = f"/v1/erasures/{planned['id']}/execute"
     assert (await api.http.post(execute, json={"version": 1}, headers=api.admin.headers)).is_success
     proof = await api.http.get(f"/v1/erasures/{planned['id']}/proof", headers=api.admin.headers)
-    # Two key slots: hers, and her row's own (which it has not: it was sealed under hers).
-    assert proof.json()["evidence"]["keys"]["pending"] == 2
+    # The key died with the commit; only the VACUUM is missing.
+    assert not key_file.exists()
+    assert proof.json()["evidence"]["keys"]["destroyed"] == 1
     assert proof.json()["evidence"]["finalized"] is False
-    assert key_file.is_file()
 
     monkeypatch.undo()
     assert (await api.http.post(execute, json={"version": 1}, headers=api.admin.headers)).is_success
-    assert not key_file.exists()
     evidence = (
         await api.http.get(f"/v1/erasures/{planned['id']}/proof", headers=api.admin.headers)
     ).json()["evidence"]
     assert (evidence["keys"]["pending"], evidence["keys"]["destroyed"]) == (0, 1)
-    assert evidence["finalized"] is True  # the VACUUM it missed ran too
+    assert evidence["finalized"] is True  # the VACUUM it missed ran
     assert evidence["files_after"]["scanned"] is False
+
+
+async def test_a_tenant_deletion_whose_key_store_fails_can_be_retried(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Red team: the tenant's keys were destroyed after the deletion's commit, with no way to
+    retry once the tenant was gone. Now they die in its transaction: a failing store is a 503
+    that deletes nothing, and the same confirmation deletes the tenant and its keys later."""
+    admin = await platform(api)
+    path = f"/v1/tenants/{api.tenant_id}"
+    await _configure(api, crypto_shredding=True)
+    dana = await api.new_agent("dana")
+    await api.remember(dana, subject="service:vault", key="passphrase", value=NOTE)
+    key_file = _key_dir(api) / api.tenant_id / f"{dana.principal_id}.key"
+    assert key_file.is_file()
+    store = vault_of_runtime(api).store
+
+    async def down(*_: Any) -> list[uuid.UUID]:
+        raise KeyStoreUnavailable("the KMS does not answer")
+
+    monkeypatch.setattr(store, "destroy_tenant", down)
+    disabled = await admin.http.post(f"{path}/disable", headers=admin.admin.headers)
+    assert disabled.status_code == 200, disabled.text
+    plan = (await admin.http.delete(path, headers=admin.admin.headers)).json()
+    failed = await admin.http.delete(
+        path, params={"confirm": plan["confirm"]}, headers=admin.admin.headers
+    )
+    assert_problem(failed, 503, "service-unavailable")
+    assert key_file.is_file()
+    assert (await admin.http.get(path, headers=admin.admin.headers)).status_code == 200
+
+    monkeypatch.undo()
+    done = await admin.http.delete(
+        path, params={"confirm": plan["confirm"]}, headers=admin.admin.headers
+    )
+    assert done.status_code == 200, done.text
+    assert not key_file.exists()
+    proof = await admin.http.get(f"{path}/proof", headers=admin.admin.headers)
+    keys = proof.json()["evidence"]["keys"]
+    assert (keys["pending"], keys["destroyed"]) == (0, 1), keys
+    assert keys["whole_tenant"] is True
 
 
 async def test_the_mention_scan_reads_sealed_rows(api: Api) -> None:

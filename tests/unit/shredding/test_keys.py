@@ -16,6 +16,7 @@ from service.shredding import (
     FileKeyStore,
     KeyDestroyed,
     KeyStoreUnavailable,
+    KeyUnopenable,
     StoredKey,
     Vault,
     key_store_from,
@@ -109,9 +110,9 @@ async def test_a_sealed_value_opens_only_in_its_own_place(tmp_path: Path) -> Non
     ):
         with pytest.raises(KeyDestroyed):
             await vault.open(moved)
-    # Another key-encryption key cannot unwrap the owner's data key.
+    # Another key-encryption key cannot unwrap the owner's data key: an error, not an erasure.
     stranger = Vault(FileKeyStore(tmp_path / "keys"), _kek())
-    with pytest.raises(KeyDestroyed):
+    with pytest.raises(KeyUnopenable):
         await stranger.open(_Row(memory_id, sealed.blob, sealed.key_id))
     # A summary's own key: its id is the row's, and destroying it leaves the owner's key alone.
     summary_id = uuid.uuid4()
@@ -129,3 +130,63 @@ async def test_a_sealed_value_opens_only_in_its_own_place(tmp_path: Path) -> Non
     assert await vault.open_answer(TENANT, OWNER, "idem|a", answer) == b'{"value":"qx9 secret"}'
     with pytest.raises(KeyDestroyed):
         await vault.open_answer(TENANT, OWNER, "idem|b", answer)
+
+
+async def test_a_write_on_another_worker_after_the_erasure_is_sealed_under_a_new_key(
+    tmp_path: Path,
+) -> None:
+    """Red team: `memgate serve`'s workers share one file store, each with its own cache. A
+    worker that cached Alice's key before another destroyed it sealed her next write under the
+    destroyed key (answered 201, its text gone for good). Sealing now asks the store."""
+    kek = _kek()
+    worker_a, worker_b = (Vault(FileKeyStore(tmp_path / "keys"), kek) for _ in range(2))
+    await worker_b.seal(TENANT, OWNER, uuid.uuid4(), "before the erasure")  # B caches the key
+    await worker_a.destroy_owners(TENANT, [OWNER])  # the erasure, on A
+    memory_id = uuid.uuid4()
+    sealed = await worker_b.seal(TENANT, OWNER, memory_id, "written after the erasure")
+    fresh = Vault(FileKeyStore(tmp_path / "keys"), kek)
+    row = _Row(memory_id, sealed.blob, sealed.key_id)
+    assert await fresh.open(row) == "written after the erasure"
+
+
+async def test_a_worker_caching_a_destroyed_key_opens_the_new_one(tmp_path: Path) -> None:
+    """Red team: the other way round, a worker still caching the destroyed key answered "" for
+    rows sealed under the owner's new key, for up to 60 s. Opening asks the store again."""
+    kek = _kek()
+    worker_a, worker_b = (Vault(FileKeyStore(tmp_path / "keys"), kek) for _ in range(2))
+    await worker_b.seal(TENANT, OWNER, uuid.uuid4(), "before")  # B caches the key
+    await worker_a.destroy_owners(TENANT, [OWNER])
+    memory_id = uuid.uuid4()
+    sealed = await worker_a.seal(TENANT, OWNER, memory_id, "after, under a new key")
+    row = _Row(memory_id, sealed.blob, sealed.key_id)
+    assert (await worker_b.plaintexts([row]))[memory_id] == "after, under a new key"
+
+
+async def test_a_key_that_does_not_unwrap_is_an_error_not_an_empty_text(tmp_path: Path) -> None:
+    """Red team: a replaced key-encryption key (or a worker with another one) read every sealed
+    row as "" - as if erased - and the mention scan skipped them."""
+    memory_id = uuid.uuid4()
+    sealed = await Vault(FileKeyStore(tmp_path / "keys"), _kek()).seal(
+        TENANT, OWNER, memory_id, "still here"
+    )
+    other = Vault(FileKeyStore(tmp_path / "keys"), _kek())
+    with pytest.raises(KeyUnopenable):
+        await other.plaintexts([_Row(memory_id, sealed.blob, sealed.key_id)])
+
+
+async def test_a_destroy_that_crashed_midway_leaves_nothing_to_read_and_is_wiped_later(
+    tmp_path: Path,
+) -> None:
+    """Red team: a crash between overwriting and unlinking left a zeroed key file where fetch
+    looks, and every later seal for the owner failed. The key now leaves its name first."""
+    store = FileKeyStore(tmp_path / "keys")
+    vault = Vault(store, _kek())
+    await vault.seal(TENANT, OWNER, uuid.uuid4(), "hers")
+    folder = tmp_path / "keys" / str(TENANT)
+    # As a crash after the rename leaves it: the key off its name, not yet wiped.
+    (folder / f"{OWNER}.key").rename(folder / f".{OWNER}.0123456789abcdef.shred")
+    assert await store.fetch(TENANT, OWNER) is None
+    fresh = await vault.seal(TENANT, OWNER, uuid.uuid4(), "a new key for new writes")
+    assert fresh.key_id != uuid.UUID(int=0)
+    await store.destroy(TENANT, OWNER)
+    assert sorted(path.name for path in folder.iterdir()) == []
