@@ -280,16 +280,7 @@ class _NoVault(Vault):
     def refusal(self) -> str | None:
         return "this process has no data key store"
 
-    async def _current(
-        self,
-        tenant_id: uuid.UUID,
-        owner_id: uuid.UUID,
-        *,
-        make: bool,
-        key_id: uuid.UUID | None = None,
-        fresh: bool = False,
-        want: uuid.UUID | None = None,
-    ) -> tuple[uuid.UUID, bytes] | None:
+    async def _current(self, *_: Any, **__: Any) -> tuple[uuid.UUID, bytes] | None:
         raise TypeError("this session was not made by a runtime: it has no data key store")
 
 

@@ -17,7 +17,7 @@ from service.erasure import controller as erasure_controller
 from service.erasure.files import scan
 from service.shredding import FileKeyStore, KeyDestroyed, KeyStoreUnavailable, Vault
 from service.transfer.run import export_record
-from tests.fixtures.api import Api
+from tests.fixtures.api import Agent, Api
 from tests.fixtures.entrance import bypasses_visible
 from tests.fixtures.replication import files_holding, started_copy
 from tests.integration.erasure.support import make_eraser
@@ -237,6 +237,18 @@ async def test_a_copy_taken_before_the_erasure_cannot_yield_the_text(api: Api) -
     assert not any(_key_dir(api).rglob(f"{dana.principal_id}.key"))
 
 
+async def _planned_for(api: Api, owner: Agent) -> tuple[dict[str, Any], str]:
+    """A plan erasing `owner`, and the path that executes it."""
+    planned = await api.http.post(
+        "/v1/erasures",
+        json={"owners": [owner.principal_id], "reason": "request 2026-201"},
+        headers=api.admin.headers,
+    )
+    assert planned.status_code == 201, planned.text
+    body: dict[str, Any] = planned.json()
+    return body, f"/v1/erasures/{body['id']}/execute"
+
+
 async def test_a_key_store_that_fails_erases_nothing_and_a_retry_finishes(
     api: Api, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -257,14 +269,7 @@ async def test_a_key_store_that_fails_erases_nothing_and_a_retry_finishes(
         raise KeyStoreUnavailable("the KMS does not answer")
 
     monkeypatch.setattr(store, "destroy", down)
-    planned = (
-        await api.http.post(
-            "/v1/erasures",
-            json={"owners": [dana.principal_id], "reason": "request 2026-201"},
-            headers=api.admin.headers,
-        )
-    ).json()
-    execute = f"/v1/erasures/{planned['id']}/execute"
+    planned, execute = await _planned_for(api, dana)
     first = await api.http.post(execute, json={"version": 1}, headers=api.admin.headers)
     problem = assert_problem(first, 503, "service-unavailable")
     assert "Nothing was erased" in problem["detail"]
@@ -300,14 +305,7 @@ async def test_a_process_dying_after_the_commit_is_finished_by_a_retry(
         return None
 
     monkeypatch.setattr(erasure_controller, "finalize_after", died)
-    planned = (
-        await api.http.post(
-            "/v1/erasures",
-            json={"owners": [dana.principal_id], "reason": "request 2026-202"},
-            headers=api.admin.headers,
-        )
-    ).json()
-    execute = f"/v1/erasures/{planned['id']}/execute"
+    planned, execute = await _planned_for(api, dana)
     assert (await api.http.post(execute, json={"version": 1}, headers=api.admin.headers)).is_success
     proof = await api.http.get(f"/v1/erasures/{planned['id']}/proof", headers=api.admin.headers)
     # The key died with the commit; only the VACUUM is missing.
