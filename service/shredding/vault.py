@@ -25,17 +25,20 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import structlog
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from service.auth.keys import KeyEncryptionKey
-from service.shredding.keystore import DataKeyStore, StoredKey
+from service.problems import ServiceUnavailable
+from service.shredding.keystore import DataKeyStore, KeyStoreUnavailable, StoredKey
 
 CACHE_KEYS = 1024
 """Unwrapped data keys one process keeps."""
 CACHE_SECONDS = 60.0
 """How long one is kept: a key another replica destroyed stops opening here after this."""
 _VALUE_AAD = b"memgate.value.v1"
+_log = structlog.get_logger("memgate.shredding")
 NONCE_BYTES = 12
 
 
@@ -237,24 +240,38 @@ class Vault:
         if usable and not fresh and cached is not None and (want is None or cached[1] == want):
             self._cache.move_to_end(slot)
             return cached[1], cached[2]
-        stored = await self.store.fetch(tenant_id, owner_id)
-        if stored is not None and usable and cached is not None and cached[1] == stored.key_id:
+        try:
+            stored = await self._stored(tenant_id, owner_id, make=make, key_id=key_id)
+        except KeyStoreUnavailable as exc:
+            # The store's own words (a folder, a KMS error; never a key) go to the log only.
+            _log.warning("data key store failed", error=str(exc))
+            raise ServiceUnavailable(
+                "The data key store this tenant's memory text is sealed with did not answer, "
+                "so the call could not read or write that text; nothing was changed. Retry later."
+            ) from None
+        if stored is None:
+            self._cache.pop(slot, None)
+            return None
+        if usable and cached is not None and cached[1] == stored.key_id:
             self._cache.move_to_end(slot)
             return cached[1], cached[2]
-        if stored is None:
-            if not make:
-                self._cache.pop(slot, None)
-                return None
-            key_id = key_id or uuid.uuid4()
-            key = os.urandom(32)
-            wrapped = self._kek.seal(_wrap_label(tenant_id, owner_id, key_id), key)
-            stored = await self.store.create(tenant_id, owner_id, StoredKey(key_id, wrapped))
         key = self._unwrap(tenant_id, owner_id, stored)
         self._cache[slot] = (now, stored.key_id, key)
         self._cache.move_to_end(slot)
         while len(self._cache) > CACHE_KEYS:
             self._cache.popitem(last=False)
         return stored.key_id, key
+
+    async def _stored(
+        self, tenant_id: uuid.UUID, owner_id: uuid.UUID, *, make: bool, key_id: uuid.UUID | None
+    ) -> StoredKey | None:
+        """The slot's key as the store holds it; made there first when `make` and missing."""
+        stored = await self.store.fetch(tenant_id, owner_id)
+        if stored is not None or not make:
+            return stored
+        key_id = key_id or uuid.uuid4()
+        wrapped = self._kek.seal(_wrap_label(tenant_id, owner_id, key_id), os.urandom(32))
+        return await self.store.create(tenant_id, owner_id, StoredKey(key_id, wrapped))
 
     def _unwrap(self, tenant_id: uuid.UUID, owner_id: uuid.UUID, stored: StoredKey) -> bytes:
         try:

@@ -28,7 +28,7 @@ from tests.integration.jobs.consolidation_support import (
     service_subject,
     team_space,
 )
-from tests.integration.memory.support import as_owner, assert_problem
+from tests.integration.memory.support import as_owner, assert_problem, count_memories
 from tests.integration.tenants.support import platform
 
 NOTE = "qx9-sealed-note Dana keeps the vendor escrow passphrase offline"
@@ -417,6 +417,36 @@ async def test_kubernetes_with_the_file_store_refuses_to_turn_it_on(
     assert "KMS" in problem["detail"]
     after = await admin.http.get(f"/v1/tenants/{api.tenant_id}", headers=admin.admin.headers)
     assert "crypto_shredding" not in after.json()["settings"]
+
+
+async def test_a_key_store_that_does_not_answer_is_a_503_that_writes_nothing(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A KMS (or key folder) that does not answer: writes and reads of sealed text answer 503
+    `service-unavailable` saying what to do (retry), never a bare 500, and nothing is written."""
+    await _configure(api, crypto_shredding=True)
+    dana = await api.new_agent("dana")
+    memory = await api.remember(dana, subject="service:vault", key="passphrase", value=NOTE)
+    vault = vault_of_runtime(api)
+
+    async def down(*_: Any) -> None:
+        raise KeyStoreUnavailable("the KMS does not answer")
+
+    monkeypatch.setattr(vault.store, "fetch", down)
+    vault._cache.clear()  # as a process that has not opened this key yet
+    before = await count_memories(api.runtime)
+    written = await api.http.post(
+        "/v1/memories",
+        json={"subject": "service:vault", "kind": "fact", "key": "other", "value": TEAM},
+        headers=dana.headers,
+    )
+    problem = assert_problem(written, 503, "service-unavailable")
+    assert "data key store" in problem["detail"]
+    assert "retry" in problem["detail"].lower()
+    assert "the KMS does not answer" not in problem["detail"]  # the store's words stay inside
+    assert await count_memories(api.runtime) == before
+    read = await api.http.get(f"/v1/memories/{memory['id']}", headers=dana.headers)
+    assert_problem(read, 503, "service-unavailable")
 
 
 def vault_of_runtime(api: Api) -> Vault:
