@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import os
+import shutil
 import tempfile
 import time
 import uuid
@@ -44,11 +45,22 @@ from tests.fixtures.api import Agent, Api, TestClient
 from tests.fixtures.postgres import app_login, postgres_server, with_database
 
 RAM_DISK = Path("/dev/shm")  # noqa: S108 (a test run's own files, in folders mkdtemp makes)
-if "TMPDIR" not in os.environ and RAM_DISK.is_dir() and os.access(RAM_DISK, os.W_OK):
-    # Every temporary file of the run on a RAM disk where there is one: the suite's PostgreSQL
-    # cluster, the clusters CLI tests start, tmp_path. Cloning a test database writes a few
-    # hundred files; on this box's ext4 a clone took ~370 ms, on tmpfs ~20 ms. What the tests
-    # observe is the same; subprocesses inherit TMPDIR, a runner's own TMPDIR wins.
+RAM_DISK_FREE_BYTES = 4 << 30
+"""What a run may need there at once (each worker's cluster, the clusters CLI tests start, a
+base backup): a container's 64 MiB /dev/shm is left alone."""
+
+
+def _roomy_ram_disk() -> bool:
+    if not (RAM_DISK.is_dir() and os.access(RAM_DISK, os.W_OK)):
+        return False
+    return shutil.disk_usage(RAM_DISK).free >= RAM_DISK_FREE_BYTES
+
+
+if "TMPDIR" not in os.environ and _roomy_ram_disk():
+    # Every temporary file of the run on a RAM disk where there is a roomy one: the suite's
+    # PostgreSQL cluster, the clusters CLI tests start, tmp_path. Cloning a test database writes
+    # a few hundred files; on this box's ext4 a clone took ~370 ms, on tmpfs ~20 ms. What the
+    # tests observe is the same; subprocesses inherit TMPDIR, a runner's own TMPDIR wins.
     os.environ["TMPDIR"] = str(RAM_DISK)
     tempfile.tempdir = None  # gettempdir() looks again
 
