@@ -84,11 +84,11 @@ class Runtime:
     maintenance: Maintenance | None = None
     """How an erasure VACUUMs and scans the database files (service/erasure/files.py)."""
     replica: ReadReplica | None = None
+    """The read replica read-only calls run on when it is fresh enough (service/db/replica.py),
+    or None (`MEMGATE_READ_DATABASE_URL` empty)."""
     vault: Vault | None = None
     """Seals and opens crypto-shredding tenants' memory text (service/shredding); every session
     of this runtime carries it (`vault_of(session)`)."""
-    """The read replica read-only calls run on when it is fresh enough (service/db/replica.py),
-    or None (`MEMGATE_READ_DATABASE_URL` empty)."""
 
     async def close(self) -> None:
         await self.recalls.close()  # before the pool goes: the last recalls are written

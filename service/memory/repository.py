@@ -64,6 +64,7 @@ from service.policy.visible import (
     visible,
 )
 from service.shredding import vault_of
+from service.shredding.vault import SealedRow
 
 _UUIDS = ARRAY(UUID)
 _EVERY_UNREVOKED = Liveness.any_version().with_expired().with_retracted()
@@ -183,11 +184,10 @@ ANSWER = (
 lexemes or the content hash, which are the widest and which the answer never carries."""
 
 
-class MemoryRow(Protocol):
-    """What an answer is built from: a `Memory` entity, or a Core row of `ANSWER`."""
+class MemoryRow(SealedRow, Protocol):
+    """What an answer is built from: a `Memory` entity, or a Core row of `ANSWER` (with what
+    opening a sealed row's text takes, `SEALING`)."""
 
-    @property
-    def id(self) -> uuid.UUID: ...
     @property
     def space_id(self) -> uuid.UUID: ...
     @property
@@ -236,14 +236,6 @@ class MemoryRow(Protocol):
     def review_state(self) -> str | None: ...
     @property
     def confidence(self) -> float | None: ...
-    @property
-    def tenant_id(self) -> uuid.UUID: ...
-    @property
-    def owner_id(self) -> uuid.UUID: ...
-    @property
-    def value_key(self) -> uuid.UUID | None: ...
-    @property
-    def value_sealed(self) -> bytes | None: ...
 
 
 Hit = tuple[MemoryRow, float]
