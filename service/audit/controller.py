@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Annotated, Any
 
 from litestar import Controller, Request, Response, get
-from litestar.datastructures import State
+from litestar.datastructures import ResponseHeader, State
 from litestar.params import FromQuery, QueryParameter
 
 from service.audit import operations as ops
@@ -20,6 +20,9 @@ from service.auth.tokens import VerifiedToken
 from service.http.deps import CallDep, Rt
 from service.http.params import parse_id
 from service.http.routes import route
+
+EXPORT_MEDIA_TYPE = "application/x-ndjson"
+"""The export's body: one JSON object per line (what `memgate audit verify` reads)."""
 
 AuthedRequest = Request[Principal, VerifiedToken, State]
 ACTION_PATTERN = r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$"
@@ -76,7 +79,18 @@ class AuditController(Controller):
         )
         return await service.page(filters, cursor, limit)
 
-    @get("/export", **route(ops.EXPORT))
+    @get(
+        "/export",
+        media_type=EXPORT_MEDIA_TYPE,
+        response_headers=[
+            ResponseHeader(
+                name="Audit-Next-Seq",
+                description="Where to continue when more events remain (absent at the end).",
+                documentation_only=True,
+            )
+        ],
+        **route(ops.EXPORT),
+    )
     async def export(
         self,
         request: AuthedRequest,
@@ -93,7 +107,7 @@ class AuditController(Controller):
         headers = {"Cache-Control": "no-store"}
         if next_seq is not None:
             headers["Audit-Next-Seq"] = str(next_seq)
-        return Response(body, media_type="application/x-ndjson", headers=headers)
+        return Response(body, media_type=EXPORT_MEDIA_TYPE, headers=headers)
 
     @get("/verify", **route(ops.VERIFY))
     async def verify(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from litestar import Controller, Request, Response, get, post
 from litestar.background_tasks import BackgroundTask
 from litestar.datastructures import ResponseHeader, State
-from litestar.params import FromPath, JSONBody
+from litestar.params import JSONBody
 
 from service.auth.principal import Principal
 from service.auth.tokens import VerifiedToken
@@ -14,7 +14,7 @@ from service.erasure import operations as ops
 from service.erasure.schemas import ErasureCreate, ErasureExecute, ErasurePlanOut, Proof, Receipt
 from service.erasure.service import ErasureService, Finalisation
 from service.http.deps import CallDep, Rt
-from service.http.params import parse_id
+from service.http.params import PathId, parse_id
 from service.http.routes import route
 from service.runtime import Runtime
 
@@ -62,14 +62,14 @@ class ErasureController(Controller):
         **route(ops.ERASURE_REPLAN),
     )
     async def replan_erasure(
-        self, request: AuthedRequest, erasure_id: FromPath[str], call: CallDep, runtime: Rt
+        self, request: AuthedRequest, erasure_id: PathId, call: CallDep, runtime: Rt
     ) -> ErasurePlanOut:
         """Plan the erasure again over today's data; its version goes up by one."""
         return await _service(call, runtime).replan(request.user, parse_id(erasure_id))
 
     @get("/{erasure_id:str}", response_headers=NO_STORE, **route(ops.ERASURE_GET))
     async def get_erasure(
-        self, request: AuthedRequest, erasure_id: FromPath[str], call: CallDep, runtime: Rt
+        self, request: AuthedRequest, erasure_id: PathId, call: CallDep, runtime: Rt
     ) -> ErasurePlanOut:
         """An erasure plan as it reaches today's data, or, once executed, its receipt (its
         counts per layer and erased ids are in the receipt; the lists are then empty, names
@@ -80,7 +80,7 @@ class ErasureController(Controller):
     async def execute_erasure(
         self,
         request: AuthedRequest,
-        erasure_id: FromPath[str],
+        erasure_id: PathId,
         data: JSONBody[ErasureExecute],
         call: CallDep,
         runtime: Rt,
@@ -97,7 +97,7 @@ class ErasureController(Controller):
 
     @get("/{erasure_id:str}/proof", response_headers=NO_STORE, **route(ops.ERASURE_PROOF))
     async def erasure_proof(
-        self, request: AuthedRequest, erasure_id: FromPath[str], call: CallDep, runtime: Rt
+        self, request: AuthedRequest, erasure_id: PathId, call: CallDep, runtime: Rt
     ) -> Proof:
         """Check the erasure now: erased rows and vectors left, rows still written by its
         owners, dangling derivations; with what the execution found (mentions left, nearest

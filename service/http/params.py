@@ -3,8 +3,15 @@
 from __future__ import annotations
 
 import uuid
+from typing import Annotated, TypeAlias
+
+from litestar.params import PathParameter
 
 from service.problems import MalformedId
+
+PathId: TypeAlias = Annotated[str, PathParameter(format="uuid")]
+"""An id in the path: documented as a UUID, read as text so that `parse_id` answers a malformed
+one with the `malformed-id` problem (a typed parameter would answer Litestar's own 400)."""
 
 
 def parse_id(raw: str) -> uuid.UUID:

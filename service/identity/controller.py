@@ -9,7 +9,7 @@ from litestar.params import FromPath, JSONBody
 from service.auth.principal import Principal
 from service.auth.tokens import VerifiedToken
 from service.http.deps import CallDep, trusted_issuers
-from service.http.params import parse_id
+from service.http.params import PathId, parse_id
 from service.http.routes import route
 from service.identity import operations as ops
 from service.identity.schemas import (
@@ -57,7 +57,7 @@ class PrincipalController(Controller):
 
     @get("/{principal_id:str}", **route(ops.PRINCIPAL_GET))
     async def get_principal(
-        self, request: AuthedRequest, principal_id: FromPath[str], call: CallDep
+        self, request: AuthedRequest, principal_id: PathId, call: CallDep
     ) -> PrincipalOut:
         """Get one principal of your tenant."""
         return await _service(request, call).get_principal(parse_id(principal_id))
@@ -70,7 +70,7 @@ class PrincipalController(Controller):
     async def grant_role(
         self,
         request: AuthedRequest,
-        principal_id: FromPath[str],
+        principal_id: PathId,
         role: FromPath[Role],
         call: CallDep,
     ) -> RoleGrant:
@@ -86,7 +86,7 @@ class PrincipalController(Controller):
     async def revoke_role(
         self,
         request: AuthedRequest,
-        principal_id: FromPath[str],
+        principal_id: PathId,
         role: FromPath[Role],
         call: CallDep,
     ) -> None:
@@ -118,7 +118,7 @@ class ClientController(Controller):
 
     @get("/{client_id:str}", **route(ops.CLIENT_GET))
     async def get_client(
-        self, request: AuthedRequest, client_id: FromPath[str], call: CallDep
+        self, request: AuthedRequest, client_id: PathId, call: CallDep
     ) -> ClientOut:
         """Get one client of your tenant."""
         return await _service(request, call).get_client(parse_id(client_id))
@@ -129,7 +129,7 @@ class ClientController(Controller):
         **route(ops.CLIENT_DISABLE),
     )
     async def disable_client(
-        self, request: AuthedRequest, client_id: FromPath[str], call: CallDep
+        self, request: AuthedRequest, client_id: PathId, call: CallDep
     ) -> ClientOut:
         """Disable a client: new tokens are refused and its live tokens stop working at once.
         Not the last working admin client of the tenant's policy admins (409)."""
@@ -139,7 +139,7 @@ class ClientController(Controller):
 
     @post("/{client_id:str}/enable", status_code=200, **route(ops.CLIENT_ENABLE))
     async def enable_client(
-        self, request: AuthedRequest, client_id: FromPath[str], call: CallDep
+        self, request: AuthedRequest, client_id: PathId, call: CallDep
     ) -> ClientOut:
         """Re-enable a disabled client: it may get tokens again (its old tokens too, until they
         expire)."""

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from litestar import Controller, Request, delete, get, post
 from litestar.datastructures import State
-from litestar.params import FromPath, JSONBody
+from litestar.params import JSONBody
 
 from service.auth.principal import Principal
 from service.auth.tokens import VerifiedToken
 from service.http.deps import CallDep, provide_runtime
-from service.http.params import parse_id
+from service.http.params import PathId, parse_id
 from service.http.routes import route
 from service.issuers import operations as ops
 from service.issuers.schemas import IssuerCreate, IssuerList, IssuerOut
@@ -50,15 +50,13 @@ class IssuerController(Controller):
 
     @get("/{issuer_id:str}", **route(ops.ISSUER_GET))
     async def get_issuer(
-        self, request: AuthedRequest, issuer_id: FromPath[str], call: CallDep
+        self, request: AuthedRequest, issuer_id: PathId, call: CallDep
     ) -> IssuerOut:
         """Get one external identity provider of your tenant."""
         return await _service(request, call).get(parse_id(issuer_id))
 
     @delete("/{issuer_id:str}", **route(ops.ISSUER_DELETE))
-    async def delete_issuer(
-        self, request: AuthedRequest, issuer_id: FromPath[str], call: CallDep
-    ) -> None:
+    async def delete_issuer(self, request: AuthedRequest, issuer_id: PathId, call: CallDep) -> None:
         """Delete an external identity provider: its tokens are refused from the next
         request. Not the one your last working policy admin logs in with (409); one principals
         are mapped to needs `manage:tenant` too, every admin scope for an admin's (403)."""

@@ -12,7 +12,7 @@ from service.auth.principal import Principal
 from service.auth.tokens import VerifiedToken
 from service.calls import Call
 from service.http.deps import CallDep
-from service.http.params import parse_id
+from service.http.params import PathId, parse_id
 from service.http.routes import route
 from service.jobs import operations as ops
 from service.jobs.registry import JOBS
@@ -57,6 +57,6 @@ class JobController(Controller):
         return await _service(request, call).list_page(cursor, status)
 
     @get("/runs/{run_id:str}", **route(ops.GET))
-    async def get_run(self, request: AuthedRequest, run_id: FromPath[str], call: CallDep) -> RunOut:
+    async def get_run(self, request: AuthedRequest, run_id: PathId, call: CallDep) -> RunOut:
         """One job run: status, cursor position (batches), counts and error."""
         return await _service(request, call).get(parse_id(run_id))

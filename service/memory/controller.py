@@ -9,14 +9,14 @@ from typing import Annotated
 from litestar import Controller, Request, Response, delete, get, post
 from litestar.datastructures import State
 from litestar.di import NamedDependency, Provide
-from litestar.params import FromPath, FromQuery, HeaderParameter, JSONBody, QueryParameter
+from litestar.params import FromQuery, HeaderParameter, JSONBody, QueryParameter
 
 from service.auth.principal import Principal
 from service.auth.tokens import VerifiedToken
 from service.calls import Call
 from service.http.body import BODY_CHECK
 from service.http.deps import CallDep, Rt
-from service.http.params import parse_id
+from service.http.params import PathId, parse_id
 from service.http.routes import route
 from service.memory import operations as ops
 from service.memory.batch import decode_batch
@@ -184,7 +184,7 @@ class MemoryController(Controller):
     async def recall(
         self,
         request: AuthedRequest,
-        memory_id: FromPath[str],
+        memory_id: PathId,
         call: CallDep,
         runtime: Rt,
         moment: NamedDependency[Moment | None],
@@ -198,7 +198,7 @@ class MemoryController(Controller):
     async def history(
         self,
         request: AuthedRequest,
-        memory_id: FromPath[str],
+        memory_id: PathId,
         call: CallDep,
         runtime: Rt,
         moment: NamedDependency[Moment | None],
@@ -217,7 +217,7 @@ class MemoryController(Controller):
     async def revert(
         self,
         request: AuthedRequest,
-        memory_id: FromPath[str],
+        memory_id: PathId,
         call: CallDep,
         runtime: Rt,
         if_match: IfMatchHeader = None,
@@ -234,7 +234,7 @@ class MemoryController(Controller):
     async def forget(
         self,
         request: AuthedRequest,
-        memory_id: FromPath[str],
+        memory_id: PathId,
         call: CallDep,
         runtime: Rt,
         if_match: IfMatchHeader = None,
@@ -264,7 +264,7 @@ async def remember_many(
 @get("/v1/spaces/{space_id:str}/proposals", tags=["memories"], **route(ops.LIST_PROPOSALS))
 async def list_proposals(
     request: AuthedRequest,
-    space_id: FromPath[str],
+    space_id: PathId,
     call: CallDep,
     cursor: FromQuery[str | None] = None,
     limit: Annotated[
@@ -284,7 +284,7 @@ async def list_proposals(
 )
 async def approve_proposal(
     request: AuthedRequest,
-    memory_id: FromPath[str],
+    memory_id: PathId,
     call: CallDep,
     if_match: IfMatchHeader = None,
 ) -> MemoryWritten:
@@ -303,7 +303,7 @@ async def approve_proposal(
 )
 async def reject_proposal(
     request: AuthedRequest,
-    memory_id: FromPath[str],
+    memory_id: PathId,
     data: JSONBody[Rejection],
     call: CallDep,
     if_match: MemoryIfMatchHeader = None,

@@ -10,7 +10,7 @@ from litestar.params import FromPath, JSONBody
 from service.auth.principal import Principal
 from service.auth.tokens import VerifiedToken
 from service.http.deps import CallDep, trusted_issuers
-from service.http.params import parse_id
+from service.http.params import PathId, parse_id
 from service.http.routes import route
 from service.policy import operations as ops
 from service.policy.schemas import (
@@ -64,7 +64,7 @@ class TeamController(Controller):
         **route(ops.TEAM_ADD_MEMBER),
     )
     async def add_member(
-        self, request: AuthedRequest, team_id: FromPath[str], member: FromPath[str], call: CallDep
+        self, request: AuthedRequest, team_id: PathId, member: FromPath[str], call: CallDep
     ) -> PolicyChange:
         """Add a member to a team: a principal (its id) or another team (`team:<uuid>`), whose
         members then hold this team's grants too. They gain them on their next request.
@@ -78,7 +78,7 @@ class TeamController(Controller):
         **route(ops.TEAM_REMOVE_MEMBER),
     )
     async def remove_member(
-        self, request: AuthedRequest, team_id: FromPath[str], member: FromPath[str], call: CallDep
+        self, request: AuthedRequest, team_id: PathId, member: FromPath[str], call: CallDep
     ) -> PolicyChange:
         """Remove a member (a principal id or `team:<uuid>`) from a team; its members lose the
         team's grants on their next request."""
@@ -114,7 +114,7 @@ class SpaceController(Controller):
     async def set_settings(
         self,
         request: AuthedRequest,
-        space_id: FromPath[str],
+        space_id: PathId,
         data: JSONBody[SpaceSettings],
         call: CallDep,
     ) -> SpaceSettingsOut:
@@ -130,7 +130,7 @@ class SpaceController(Controller):
     async def grant(
         self,
         request: AuthedRequest,
-        space_id: FromPath[str],
+        space_id: PathId,
         action: FromPath[PolicyAction],
         subject: FromPath[str],
         call: CallDep,
@@ -147,7 +147,7 @@ class SpaceController(Controller):
     async def revoke(
         self,
         request: AuthedRequest,
-        space_id: FromPath[str],
+        space_id: PathId,
         action: FromPath[PolicyAction],
         subject: FromPath[str],
         call: CallDep,
@@ -162,7 +162,7 @@ class SpaceController(Controller):
     async def access(
         self,
         request: AuthedRequest,
-        space_id: FromPath[str],
+        space_id: PathId,
         action: FromPath[PolicyAction],
         call: CallDep,
     ) -> SpaceAccess:
@@ -183,7 +183,7 @@ class RoleController(Controller):
         self,
         request: AuthedRequest,
         role: FromPath[PolicyRole],
-        principal_id: FromPath[str],
+        principal_id: PathId,
         call: CallDep,
     ) -> PolicyChange:
         """Give a principal a policy role (`policy_admin`: may change the tenant's policy and
@@ -200,7 +200,7 @@ class RoleController(Controller):
         self,
         request: AuthedRequest,
         role: FromPath[PolicyRole],
-        principal_id: FromPath[str],
+        principal_id: PathId,
         call: CallDep,
     ) -> PolicyChange:
         """Take a policy role away (not your own, nor from a principal holding admin scopes
@@ -219,8 +219,8 @@ class PermissionController(Controller):
     async def allow_delegate(
         self,
         request: AuthedRequest,
-        principal_id: FromPath[str],
-        agent_id: FromPath[str],
+        principal_id: PathId,
+        agent_id: PathId,
         call: CallDep,
     ) -> None:
         """Let an agent act for this user through token exchange (RFC 8693); needs
@@ -237,8 +237,8 @@ class PermissionController(Controller):
     async def revoke_delegate(
         self,
         request: AuthedRequest,
-        principal_id: FromPath[str],
-        agent_id: FromPath[str],
+        principal_id: PathId,
+        agent_id: PathId,
         call: CallDep,
     ) -> None:
         """Stop an agent acting for this user (needs `manage:delegates`): its exchanged tokens
@@ -252,7 +252,7 @@ class PermissionController(Controller):
         **route(ops.PERMISSIONS),
     )
     async def permissions(
-        self, request: AuthedRequest, principal_id: FromPath[str], call: CallDep
+        self, request: AuthedRequest, principal_id: PathId, call: CallDep
     ) -> Permissions:
         """What this principal may do in your tenant, and the chain of rules behind each grant
         (needs `read:policy`; an agent may ask about itself only)."""

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from litestar import Request, post
 from litestar.datastructures import State
-from litestar.params import FromPath, JSONBody
+from litestar.params import JSONBody
 
 from service.auth.principal import Principal
 from service.auth.tokens import VerifiedToken
 from service.http.deps import CallDep
-from service.http.params import parse_id
+from service.http.params import PathId, parse_id
 from service.http.routes import route
 from service.memory.controller import MemoryIfMatchHeader
 from service.memory.etags import parse_if_match
@@ -25,7 +25,7 @@ AuthedRequest = Request[Principal, VerifiedToken, State]
 )
 async def revoke_memory(
     request: AuthedRequest,
-    memory_id: FromPath[str],
+    memory_id: PathId,
     data: JSONBody[RevokeRequest],
     call: CallDep,
     if_match: MemoryIfMatchHeader = None,
@@ -47,7 +47,7 @@ async def revoke_memory(
 )
 async def reinstate_memory(
     request: AuthedRequest,
-    memory_id: FromPath[str],
+    memory_id: PathId,
     data: JSONBody[RevokeRequest],
     call: CallDep,
     if_match: MemoryIfMatchHeader = None,

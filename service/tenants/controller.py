@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 from litestar import Controller, Request, Response, delete, get, patch, post, put
 from litestar.background_tasks import BackgroundTask
 from litestar.datastructures import ResponseHeader, State
-from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
+from litestar.params import FromQuery, JSONBody, QueryParameter
 from litestar.status_codes import HTTP_200_OK
 
 from service.auth.principal import Principal
@@ -16,7 +16,7 @@ from service.auth.tokens import VerifiedToken
 from service.erasure.controller import finalize_after
 from service.erasure.service import ErasureService, Finalisation
 from service.http.deps import CallDep, Rt
-from service.http.params import parse_id
+from service.http.params import PathId, parse_id
 from service.http.routes import route
 from service.quotas.schemas import Limits
 from service.tenants import operations as ops
@@ -76,7 +76,7 @@ class TenantController(Controller):
 
     @get("/{tenant_id:str}", **route(ops.TENANT_GET))
     async def get_tenant(
-        self, request: AuthedRequest, tenant_id: FromPath[str], call: CallDep, runtime: Rt
+        self, request: AuthedRequest, tenant_id: PathId, call: CallDep, runtime: Rt
     ) -> TenantOut:
         """Get one tenant: name, state and settings."""
         return await _service(request, call, runtime).get(parse_id(tenant_id))
@@ -85,7 +85,7 @@ class TenantController(Controller):
     async def update_tenant(
         self,
         request: AuthedRequest,
-        tenant_id: FromPath[str],
+        tenant_id: PathId,
         data: JSONBody[TenantUpdate],
         call: CallDep,
         runtime: Rt,
@@ -95,14 +95,14 @@ class TenantController(Controller):
 
     @post("/{tenant_id:str}/disable", status_code=HTTP_200_OK, **route(ops.TENANT_DISABLE))
     async def disable_tenant(
-        self, request: AuthedRequest, tenant_id: FromPath[str], call: CallDep, runtime: Rt
+        self, request: AuthedRequest, tenant_id: PathId, call: CallDep, runtime: Rt
     ) -> TenantOut:
         """Disable a tenant: every token of it stops on its next request. Idempotent."""
         return await _service(request, call, runtime).disable(parse_id(tenant_id))
 
     @post("/{tenant_id:str}/enable", status_code=HTTP_200_OK, **route(ops.TENANT_ENABLE))
     async def enable_tenant(
-        self, request: AuthedRequest, tenant_id: FromPath[str], call: CallDep, runtime: Rt
+        self, request: AuthedRequest, tenant_id: PathId, call: CallDep, runtime: Rt
     ) -> TenantOut:
         """Enable a disabled tenant again. Idempotent."""
         return await _service(request, call, runtime).enable(parse_id(tenant_id))
@@ -111,7 +111,7 @@ class TenantController(Controller):
     async def delete_tenant(
         self,
         request: AuthedRequest,
-        tenant_id: FromPath[str],
+        tenant_id: PathId,
         call: CallDep,
         runtime: Rt,
         confirm: Annotated[
@@ -150,7 +150,7 @@ class TenantController(Controller):
 
     @get("/{tenant_id:str}/proof", response_headers=NO_STORE, **route(ops.TENANT_PROOF))
     async def tenant_proof(
-        self, request: AuthedRequest, tenant_id: FromPath[str], call: CallDep, runtime: Rt
+        self, request: AuthedRequest, tenant_id: PathId, call: CallDep, runtime: Rt
     ) -> dict[str, Any]:
         """What a deleted tenant's erasure left, table by table (the retired tenant row, and
         its audit chain unless dropped, are all that may stay), with the erasure's evidence:
@@ -163,7 +163,7 @@ class TenantController(Controller):
 
     @get("/{tenant_id:str}/limits", **route(ops.TENANT_LIMITS_GET))
     async def get_limits(
-        self, request: AuthedRequest, tenant_id: FromPath[str], call: CallDep, runtime: Rt
+        self, request: AuthedRequest, tenant_id: PathId, call: CallDep, runtime: Rt
     ) -> TenantLimits:
         """A tenant's quotas (its own and its clients'), and the memories and bytes it holds."""
         return await _service(request, call, runtime).limits(parse_id(tenant_id))
@@ -172,7 +172,7 @@ class TenantController(Controller):
     async def set_limits(
         self,
         request: AuthedRequest,
-        tenant_id: FromPath[str],
+        tenant_id: PathId,
         data: JSONBody[Limits],
         call: CallDep,
         runtime: Rt,
@@ -188,8 +188,8 @@ class TenantController(Controller):
     async def set_client_limits(
         self,
         request: AuthedRequest,
-        tenant_id: FromPath[str],
-        client_id: FromPath[str],
+        tenant_id: PathId,
+        client_id: PathId,
         data: JSONBody[Limits],
         call: CallDep,
         runtime: Rt,
