@@ -436,7 +436,23 @@ class Call:
         if self.admission is not None:
             await self.admission.release()
         if self._session is not None:
+            if self.read_only and self.finished:
+                await self._settle_read()
             await self._session.close()
+
+    async def _settle_read(self) -> None:
+        """End a read-only transaction with COMMIT, not the ROLLBACK closing would send: the
+        database refuses every write in it, so the two keep the same (nothing), but psycopg
+        forgets all of a connection's prepared statements on ROLLBACK, and the next reads on it
+        would parse and plan their statements again (docs/architecture.md, "Prepared
+        statements"). A transaction that failed ends as a rollback either way."""
+        session = self._session
+        if session is None or not session.in_transaction():
+            return
+        try:
+            await session.commit()
+        except Exception as exc:  # a dead connection: closing discards it
+            _log.warning("read_transaction_end_failed", error_type=type(exc).__name__)
 
 
 def _ids_of(caller: Principal) -> Claimed:

@@ -183,7 +183,10 @@ async def build_runtime(
     without it they must exist already (`memgate migrate` makes them)."""
     await check_embedder(embedder)
     engine = create_engine(
-        database_url, pool_size=settings.database.pool_size, role=settings.database.app_role
+        database_url,
+        pool_size=settings.database.pool_size,
+        role=settings.database.app_role,
+        prepared=settings.database.prepared_statements,
     )
     instrument_engine(engine)
     sessionmaker = create_sessionmaker(engine)
@@ -290,6 +293,7 @@ async def build_runtime(
                 database_url,
                 pool_size=GROUP_COMMIT_POOL_SIZE,
                 role=settings.database.app_role,
+                prepared=settings.database.prepared_statements,
             )
         ),
         quotas=Quotas(
@@ -298,6 +302,7 @@ async def build_runtime(
                 pool_size=QUOTA_CONNECTIONS,
                 max_overflow=0,
                 role=settings.database.app_role,
+                prepared=settings.database.prepared_statements,
             ),
             settings.quotas,
         ),
@@ -323,6 +328,7 @@ def _read_replica(settings: Settings, database_url: str) -> ReadReplica | None:
         pool_size=database.pool_size,
         role=database.app_role,
         connect_timeout=CONNECT_TIMEOUT_SECONDS,
+        prepared=database.prepared_statements,
     )
     instrument_engine(engine)
     probe = create_engine(database_url, pool_size=REPLICA_SAMPLER_CONNECTIONS, max_overflow=0)

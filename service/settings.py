@@ -106,6 +106,10 @@ class DatabaseSettings:
         replica's answer (default 250): it includes every change the primary had committed
         this many milliseconds before the call began, and this process's own earlier writes.
         Between 20 and 60000.
+    prepared_statements: `MEMGATE_DB_PREPARED_STATEMENTS` (default on); a statement a
+        connection has sent five times is prepared on the server, so its parse and plan are
+        not paid again (docs/architecture.md, "Prepared statements"). Off for a pooler in
+        transaction mode that cannot carry prepared statements.
     """
 
     url: str = ""
@@ -115,6 +119,7 @@ class DatabaseSettings:
     app_role: str = "memgate_app"
     read_url: str = ""
     read_replica_max_lag_ms: int = READ_REPLICA_DEFAULT_LAG_MS
+    prepared_statements: bool = True
 
     def __post_init__(self) -> None:
         low, high = READ_REPLICA_LAG_RANGE_MS
@@ -148,6 +153,7 @@ class DatabaseSettings:
             read_replica_max_lag_ms=_env_int(
                 "MEMGATE_READ_REPLICA_MAX_LAG_MS", READ_REPLICA_DEFAULT_LAG_MS
             ),
+            prepared_statements=_env_bool("MEMGATE_DB_PREPARED_STATEMENTS", True),
         )
 
 

@@ -26,6 +26,11 @@ def async_url(url: str) -> str:
 PING_AFTER_IDLE_SECONDS = 5.0
 """A pooled connection idle longer than this is pinged before it is handed out."""
 
+PREPARE_THRESHOLD = 5
+"""Sends of one statement on a connection before psycopg prepares it on the server (psycopg's
+own default). A search's statement then costs about 40 % less PostgreSQL CPU: its parse and
+plan are not repeated (docs/architecture.md, "Prepared statements")."""
+
 
 def create_engine(
     url: str,
@@ -35,19 +40,20 @@ def create_engine(
     max_overflow: int | None = None,
     ping_after_idle: float = PING_AFTER_IDLE_SECONDS,
     connect_timeout: int | None = None,
+    prepared: bool = True,
 ) -> AsyncEngine:
     """The app's engine. With `role`, every new connection switches to that role first, so the
     app works with the non-owner role's privileges whoever it logs in as. The overflow is the
     pool size again unless given. A connection that sat in the pool longer than
     `ping_after_idle` seconds is pinged before use (`_ping_when_idle`). `connect_timeout`
-    (seconds) overrides the URL's, for a pool that must fail fast (the read replica's)."""
-    # prepare_threshold=None keeps every statement on a custom plan: a generic plan silently drops
-    # partial indexes and made filtered search 100x slower (docs/design.md, "Search").
+    (seconds) overrides the URL's, for a pool that must fail fast (the read replica's).
+    `prepared`: statements sent often are prepared on the server (`PREPARE_THRESHOLD`); off
+    for a pooler that cannot carry them (`MEMGATE_DB_PREPARED_STATEMENTS`)."""
     engine = create_async_engine(
         async_url(url),
         pool_size=pool_size,
         max_overflow=pool_size if max_overflow is None else max_overflow,
-        connect_args={"prepare_threshold": None}
+        connect_args={"prepare_threshold": PREPARE_THRESHOLD if prepared else None}
         | ({} if connect_timeout is None else {"connect_timeout": connect_timeout}),
     )
     _ping_when_idle(engine, ping_after_idle)

@@ -877,6 +877,14 @@ async def read_budget(session: AsyncSession, timeout_ms: int) -> AsyncIterator[R
         await _set_local(session, {"statement_timeout": before}, answering="statement_timeout")
 
 
+WALK_PLANNED_EACH_TIME = {"plan_cache_mode": "force_custom_plan"}
+"""A walk is planned for its own call even once its statement is prepared: which ANN index
+serves a tenant (a partial index whose predicate names it, issue 17) and the walk's settings
+are only known with its values. The exact statements may take PostgreSQL's generic plan:
+every partial index they can use has a constant predicate (docs/architecture.md, "Prepared
+statements")."""
+
+
 @dataclass(frozen=True)
 class AnnTuning:
     ef_search: int
@@ -915,6 +923,7 @@ async def search_approximate(
         "hnsw.ef_search": str(tuning.ef_search),
         "hnsw.max_scan_tuples": str(tuning.max_scan_tuples),
         "enable_sort": "off",
+        **WALK_PLANNED_EACH_TIME,
     }
     sorting = await _set_local(session, walk, answering="enable_sort")
     # The walk itself turns sorting back on: the planner read the setting before the
@@ -1544,6 +1553,7 @@ async def search_fused_approximate(
         "hnsw.ef_search": str(max(tuning.ef_search, fusion.depth)),
         "hnsw.max_scan_tuples": str(tuning.max_scan_tuples),
         "enable_sort": "off",
+        **WALK_PLANNED_EACH_TIME,
     }
     sorting = await _set_local(session, walk, answering="enable_sort")
     restore = func.set_config("enable_sort", sorting, True)

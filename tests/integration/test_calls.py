@@ -24,6 +24,7 @@ from service.app import create_app
 from service.audit.group_commit import ReadAuditQueue
 from service.auth.tokens import VerifiedToken
 from service.calls import open_call
+from service.db.session import PREPARE_THRESHOLD
 from service.embeddings import Embedder
 from service.embeddings.http import HttpEmbedder
 from service.memory import operations as memory_ops
@@ -80,6 +81,36 @@ async def test_a_search_takes_one_connection_and_names_and_checks_its_caller_in_
     assert not any("FROM principals" in s for s in statements[1:]), statements
     assert not any("audit_append" in s for s in statements)
     assert sum("audit_append" in s for s in group["statements"]) == 1
+
+
+async def test_searches_keep_their_statements_prepared_on_the_connection(api: Api) -> None:
+    """A read-only call ends with COMMIT (its transaction could write nothing): psycopg forgets a
+    connection's prepared statements on ROLLBACK, and the next reads would parse and plan again.
+    One client at a time keeps to one pooled connection, so that connection has seen each
+    statement of the search more often than the threshold."""
+    alice = await api.new_agent("alice")
+    await api.remember(alice, value="the billing service is owned by team payments")
+    ended: list[str] = []
+    sync = api.runtime.engine.sync_engine
+    event.listen(sync, "commit", lambda _c: ended.append("commit"))
+    event.listen(sync, "rollback", lambda _c: ended.append("rollback"))
+    for _ in range(PREPARE_THRESHOLD + 2):
+        response = await api.search(alice, "who owns billing")
+        assert response.status_code == 200, response.text
+        assert len(response.json()["hits"]) == 1
+    searches_ended = list(ended)
+    async with api.runtime.engine.connect() as connection:
+        prepared = (
+            (
+                await connection.execute(
+                    text("SELECT statement FROM pg_prepared_statements WHERE NOT from_sql")
+                )
+            )
+            .scalars()
+            .all()
+        )
+    assert searches_ended[-(PREPARE_THRESHOLD + 2) :] == ["commit"] * (PREPARE_THRESHOLD + 2)
+    assert any("memgate:visible" in statement for statement in prepared), prepared
 
 
 async def test_a_disabled_client_stops_on_its_next_call(api: Api) -> None:
