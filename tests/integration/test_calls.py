@@ -83,11 +83,10 @@ async def test_a_search_takes_one_connection_and_names_and_checks_its_caller_in_
     assert sum("audit_append" in s for s in group["statements"]) == 1
 
 
-async def test_searches_keep_their_statements_prepared_on_the_connection(api: Api) -> None:
-    """A read-only call ends with COMMIT (its transaction could write nothing): psycopg forgets a
-    connection's prepared statements on ROLLBACK, and the next reads would parse and plan again.
-    One client at a time keeps to one pooled connection, so that connection has seen each
-    statement of the search more often than the threshold."""
+async def _prepared_after_searches(api: Api) -> tuple[list[str], list[str]]:
+    """How the transactions of a few more searches than the threshold ended, and the statements
+    then prepared on the pool's connection. One client at a time keeps to one pooled
+    connection, so that connection has seen each statement of the search that often."""
     alice = await api.new_agent("alice")
     await api.remember(alice, value="the billing service is owned by team payments")
     ended: list[str] = []
@@ -98,7 +97,7 @@ async def test_searches_keep_their_statements_prepared_on_the_connection(api: Ap
         response = await api.search(alice, "who owns billing")
         assert response.status_code == 200, response.text
         assert len(response.json()["hits"]) == 1
-    searches_ended = list(ended)
+    searches_ended = ended[-(PREPARE_THRESHOLD + 2) :]
     async with api.runtime.engine.connect() as connection:
         prepared = (
             (
@@ -109,8 +108,32 @@ async def test_searches_keep_their_statements_prepared_on_the_connection(api: Ap
             .scalars()
             .all()
         )
-    assert searches_ended[-(PREPARE_THRESHOLD + 2) :] == ["commit"] * (PREPARE_THRESHOLD + 2)
+    return searches_ended, list(prepared)
+
+
+async def test_searches_keep_their_statements_prepared_on_the_connection(api: Api) -> None:
+    """A read-only call ends with COMMIT (its transaction could write nothing): psycopg forgets a
+    connection's prepared statements on ROLLBACK, and the next reads would parse and plan again."""
+    ended, prepared = await _prepared_after_searches(api)
+    assert ended == ["commit"] * (PREPARE_THRESHOLD + 2)
     assert any("memgate:visible" in statement for statement in prepared), prepared
+
+
+async def test_prepared_statements_can_be_turned_off_for_a_pooler(
+    settings: Settings, embedder: Embedder
+) -> None:
+    """`MEMGATE_DB_PREPARED_STATEMENTS=0`: nothing is prepared on the server (a pooler in
+    transaction mode would hand the next transaction a connection that lacks them)."""
+    off = replace(settings, database=replace(settings.database, prepared_statements=False))
+    runtime = await build_runtime(
+        off, app_login(off.database.url), embedder, owner_url=off.database.url
+    )
+    try:
+        async with AsyncTestClient(create_app(runtime)) as http:
+            _, prepared = await _prepared_after_searches(await Api.bootstrap(http, runtime))
+    finally:
+        await runtime.close()
+    assert prepared == []
 
 
 async def test_a_disabled_client_stops_on_its_next_call(api: Api) -> None:

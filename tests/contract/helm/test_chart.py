@@ -325,6 +325,16 @@ def test_the_data_key_store_is_a_value(docs: list[Manifest]) -> None:
         render({**MINIMAL, "config": {"dataKeyStore": "kms; rm -rf /"}})
 
 
+def test_prepared_statements_can_be_turned_off_for_a_pooler(docs: list[Manifest]) -> None:
+    """On by default; `config.dbPreparedStatements: false` for a transaction-mode pooler."""
+    assert one(docs, "ConfigMap")["data"]["MEMGATE_DB_PREPARED_STATEMENTS"] == "1"
+    pooled = {**MINIMAL, "config": {"dbPreparedStatements": False}}
+    rendered = one(manifests(render(pooled)), "ConfigMap")["data"]
+    assert rendered["MEMGATE_DB_PREPARED_STATEMENTS"] == "0"
+    with pytest.raises(helm.HelmValuesError, match="dbPreparedStatements"):
+        render({**MINIMAL, "config": {"dbPreparedStatements": "sometimes"}})
+
+
 def test_network_policies_admit_only_the_ingress_controller(
     case: tuple[str, list[Manifest]],
 ) -> None:
