@@ -31,6 +31,12 @@ PREPARE_THRESHOLD = 5
 own default). A search's statement then costs about 40 % less PostgreSQL CPU: its parse and
 plan are not repeated (docs/architecture.md, "Prepared statements")."""
 
+PREPARED_MAX = 32
+"""Prepared statements a connection keeps, the least recently used going first. Each holds its
+plan in the backend's memory (about 0.3 MB for a search's): psycopg's default of 100, on every
+pooled connection of every worker, could approach a gigabyte. A search prepares three; 32 leave
+room for the hot statements of every operation."""
+
 
 def create_engine(
     url: str,
@@ -57,6 +63,8 @@ def create_engine(
         | ({} if connect_timeout is None else {"connect_timeout": connect_timeout}),
     )
     _ping_when_idle(engine, ping_after_idle)
+    if prepared:
+        _bound_prepared_statements(engine)
     if role:
         _switch_role_on_connect(engine, role)
     return engine
@@ -87,6 +95,12 @@ def _ping_when_idle(engine: AsyncEngine, after_seconds: float) -> None:
             raise exc.DisconnectionError("the pooled connection is gone") from error
         if not alive:
             raise exc.DisconnectionError("the pooled connection is gone")
+
+
+def _bound_prepared_statements(engine: AsyncEngine) -> None:
+    @event.listens_for(engine.sync_engine, "connect")
+    def keep_at_most(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.driver_connection.prepared_max = PREPARED_MAX
 
 
 def _switch_role_on_connect(engine: AsyncEngine, role: str) -> None:

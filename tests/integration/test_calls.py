@@ -24,7 +24,7 @@ from service.app import create_app
 from service.audit.group_commit import ReadAuditQueue
 from service.auth.tokens import VerifiedToken
 from service.calls import open_call
-from service.db.session import PREPARE_THRESHOLD
+from service.db.session import PREPARE_THRESHOLD, PREPARED_MAX
 from service.embeddings import Embedder
 from service.embeddings.http import HttpEmbedder
 from service.memory import operations as memory_ops
@@ -117,6 +117,26 @@ async def test_searches_keep_their_statements_prepared_on_the_connection(api: Ap
     ended, prepared = await _prepared_after_searches(api)
     assert ended == ["commit"] * (PREPARE_THRESHOLD + 2)
     assert any("memgate:visible" in statement for statement in prepared), prepared
+
+
+async def test_a_connection_keeps_a_bounded_number_of_prepared_statements(api: Api) -> None:
+    """Each prepared statement holds its plan in the backend's memory (about 0.3 MB for a
+    search's): psycopg's default of 100 per connection, on every pooled connection of every
+    worker, could reach a gigabyte. Past `PREPARED_MAX` the least recently used one goes."""
+    shapes = PREPARED_MAX + 10
+    async with api.runtime.engine.connect() as connection:
+        for shape in range(shapes):
+            statement = text(f"SELECT {shape} AS shape")
+            for _ in range(PREPARE_THRESHOLD + 1):
+                await connection.execute(statement)
+        prepared = (
+            await connection.execute(
+                text("SELECT count(*) FROM pg_prepared_statements WHERE NOT from_sql")
+            )
+        ).scalar_one()
+        await connection.rollback()
+    # psycopg evicts when the next new statement arrives, so the last one prepared is extra.
+    assert prepared <= PREPARED_MAX + 1 < shapes
 
 
 async def test_prepared_statements_can_be_turned_off_for_a_pooler(
