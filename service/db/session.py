@@ -100,7 +100,8 @@ def _ping_when_idle(engine: AsyncEngine, after_seconds: float) -> None:
 def _bound_prepared_statements(engine: AsyncEngine) -> None:
     @event.listens_for(engine.sync_engine, "connect")
     def keep_at_most(dbapi_connection: Any, _record: Any) -> None:
-        dbapi_connection.driver_connection.prepared_max = PREPARED_MAX
+        driver = dbapi_connection.driver_connection  # visible: ok sets a bound, sends nothing
+        driver.prepared_max = PREPARED_MAX
 
 
 def _switch_role_on_connect(engine: AsyncEngine, role: str) -> None:
