@@ -67,6 +67,7 @@ from service.auth.resolver import (
     resolve_principal,
 )
 from service.auth.tokens import VerifiedToken
+from service.db.driver import DriverStatement
 from service.db.replica import PgLsn, ReadReplica
 from service.db.tenancy import name_tenant
 from service.operations import Operation, answered
@@ -260,9 +261,12 @@ class Call:
         the replica already ran it (with its freshness check)."""
         self._naming = None  # this statement names the caller, not the begin hook
         if row is None:
-            statement = _entrance_statement(entrance, self.read_only)
             params = {**_naming_params(claimed), **entrance.params}
-            row = (await self.db.execute(statement, params)).one()
+            if entrance.prebuilt:
+                (row,) = await _PLAIN_ENTRANCE_ON_DRIVER[self.read_only].rows(self.db, params)
+            else:
+                statement = _entrance_of(entrance.check, self.read_only)
+                row = (await self.db.execute(statement, params)).one()
         principal = principal_from_check(token, row.live, row.tenant_settings)
         self.identify(principal, token)
         return principal
@@ -503,6 +507,10 @@ def _entrance_of(check: ScalarSelect[Any], read_only: bool) -> Select[Any]:
 
 _PLAIN_ENTRANCE = {read_only: _entrance_of(EMBEDDED_LIVE, read_only) for read_only in (False, True)}
 """The entrance of a plain token of our own issuer (most calls), built once."""
+_PLAIN_ENTRANCE_ON_DRIVER = {
+    read_only: DriverStatement(statement) for read_only, statement in _PLAIN_ENTRANCE.items()
+}
+"""Most calls' first statement, run on the driver (service/db/driver.py)."""
 
 
 def _staleness(fresh: bool | None) -> str:

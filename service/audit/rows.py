@@ -26,6 +26,7 @@ from service.audit.checkpoints import NoAuditKey, insert_checkpoint, signing_key
 from service.auth.principal import Principal
 from service.auth.scopes import ALL_SCOPES
 from service.auth.tokens import VerifiedToken, presented_issuer
+from service.db.driver import DriverStatement
 from service.observability.telemetry import AUDIT_APPEND_DURATION, span, timed
 
 if TYPE_CHECKING:
@@ -38,16 +39,19 @@ MAX_DELEGATION_DEPTH = 8
 
 _log = structlog.get_logger("memgate.audit")
 
-_APPEND = text(
-    "SELECT appended_seq, appended_hash FROM audit_append("
-    ":tenant_id, :request_id, :trace_id, :actor, :client_id, :delegation, :token_id, :issuer, "
-    ":scopes, :method, :route, :action, :target_ids, :result_count, :decision, :reason, "
-    ":status, :latency_us)"
-).bindparams(
-    bindparam("delegation", type_=ARRAY(Text)),
-    bindparam("scopes", type_=ARRAY(Text)),
-    bindparam("target_ids", type_=ARRAY(UUID)),
+_APPEND = DriverStatement(
+    text(
+        "SELECT appended_seq, appended_hash FROM audit_append("
+        ":tenant_id, :request_id, :trace_id, :actor, :client_id, :delegation, :token_id, "
+        ":issuer, :scopes, :method, :route, :action, :target_ids, :result_count, :decision, "
+        ":reason, :status, :latency_us)"
+    ).bindparams(
+        bindparam("delegation", type_=ARRAY(Text)),
+        bindparam("scopes", type_=ARRAY(Text)),
+        bindparam("target_ids", type_=ARRAY(UUID)),
+    )
 )
+"""Every call's last statement, run on the driver (service/db/driver.py)."""
 
 
 @dataclass(frozen=True)
@@ -78,7 +82,7 @@ async def append(session: AsyncSession, row: AuditRow, *, path: str) -> tuple[in
         span("audit.append", {"memgate.audit.path": path}),
         timed(AUDIT_APPEND_DURATION, {"memgate.audit.path": path}),
     ):
-        result = (await session.execute(_APPEND, row.__dict__)).one()
+        (result,) = await _APPEND.rows(session, row.__dict__)
     return int(result[0]), bytes(result[1])
 
 

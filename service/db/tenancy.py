@@ -14,9 +14,11 @@ import uuid
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-_NAME_TENANT = text("SELECT set_config('memgate.tenant_id', :tenant, true)")
+from service.db.driver import DriverStatement
+
+_NAME_TENANT = DriverStatement(text("SELECT set_config('memgate.tenant_id', :tenant, true)"))
 
 
 async def name_tenant(session: AsyncSession, tenant_id: uuid.UUID) -> None:
     """Name `tenant_id` for the rest of the session's current transaction."""
-    await session.execute(_NAME_TENANT, {"tenant": str(tenant_id)})
+    await _NAME_TENANT.rows(session, {"tenant": str(tenant_id)})

@@ -50,6 +50,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.sql.elements import NamedColumn
 
+from service.db.driver import DriverStatement
 from service.db.models import EMBEDDING_DIMENSIONS, Memory, MemoryRecall, Space
 from service.memory.reserved import RESERVED_KEYS, SUMMARY_KIND
 from service.policy.visible import (
@@ -856,16 +857,23 @@ class ReadBudget:
         )
 
 
+_SET_READ_BUDGET = DriverStatement(
+    select(
+        func.current_setting("statement_timeout"),
+        func.set_config("statement_timeout", bindparam("budget", type_=Text), True),
+    )
+)
+"""Every read's budget, set in one round trip on the driver; answers the timeout before it."""
+
+
 @asynccontextmanager
 async def read_budget(session: AsyncSession, timeout_ms: int) -> AsyncIterator[ReadBudget]:
     """Run the reads inside under a `statement_timeout` of `timeout_ms` (transaction-local),
     then restore the previous one, so the audit append and commit that follow are not held to
     a read's budget: in the reads' last statement when it can (`ReadBudget.restoring`), else
     in one more. A cancelled read raises `ReadCancelled` (the database's words stay out)."""
-    before = await _set_local(
-        session, {"statement_timeout": f"{timeout_ms}ms"}, answering="statement_timeout"
-    )
-    budget = ReadBudget(before)
+    (answer,) = await _SET_READ_BUDGET.rows(session, {"budget": f"{timeout_ms}ms"})
+    budget = ReadBudget(str(answer[0]))
     try:
         yield budget
     except DBAPIError as exc:
@@ -874,7 +882,9 @@ async def read_budget(session: AsyncSession, timeout_ms: int) -> AsyncIterator[R
         raise
     # (A cancelled statement aborts the transaction, so there is nothing to restore then.)
     if not budget.restored:
-        await _set_local(session, {"statement_timeout": before}, answering="statement_timeout")
+        await _set_local(
+            session, {"statement_timeout": budget.before}, answering="statement_timeout"
+        )
 
 
 WALK_PLANNED_EACH_TIME = {"plan_cache_mode": "force_custom_plan"}
@@ -1397,8 +1407,9 @@ def _fused_hits(rows: Sequence[Row[Any]]) -> list[FusedHit]:
     ]
 
 
-_FUSED_SHAPES: dict[tuple[Any, ...], Select[Any]] = {}
-"""`_fused_within`'s statements, one per shape, built once from placeholder values."""
+_FUSED_SHAPES: dict[tuple[Any, ...], DriverStatement] = {}
+"""`_fused_within`'s statements, one per shape, built once from placeholder values and run on
+the driver (service/db/driver.py)."""
 
 
 def _fused_within(
@@ -1410,7 +1421,7 @@ def _fused_within(
     k: int,
     size_limit: int | None,
     budget: ReadBudget | None,
-) -> tuple[Select[Any], dict[str, Any]]:
+) -> tuple[Select[Any] | DriverStatement, dict[str, Any]]:
     """The exact hybrid (or lexical) statement and its parameters. Building it costs more CPU
     than PostgreSQL spends running it, so each shape (what kind of caller, which filters and
     floors are set, whether gated or budgeted) is built once from placeholders, and every
@@ -1434,14 +1445,16 @@ def _fused_within(
     )
     cached = _FUSED_SHAPES.get(shape)
     if cached is None:
-        cached = _FUSED_SHAPES[shape] = _build_fused_within(
-            visible(template_caller(scope.caller), Action.READ),
-            [0.0] * len(query_vector),
-            filters.template(),
-            fusion.template(),
-            k=1,
-            size_limit=None if size_limit is None else 0,
-            budget=None if budget is None else ReadBudget("0"),
+        cached = _FUSED_SHAPES[shape] = DriverStatement(
+            _build_fused_within(
+                visible(template_caller(scope.caller), Action.READ),
+                [0.0] * len(query_vector),
+                filters.template(),
+                fusion.template(),
+                k=1,
+                size_limit=None if size_limit is None else 0,
+                budget=None if budget is None else ReadBudget("0"),
+            )
         )
     params: dict[str, Any] = {
         **bound_values(scope.caller),
@@ -1517,7 +1530,11 @@ async def search_fused_within(
     statement, params = _fused_within(
         scope, query_vector, filters, fusion, k=k, size_limit=size_limit, budget=budget
     )
-    hits = _fused_hits((await session.execute(statement, params)).all())
+    if isinstance(statement, DriverStatement):
+        rows = await statement.rows(session, params)
+    else:
+        rows = list((await session.execute(statement)).all())
+    hits = _fused_hits(rows)
     if hits or size_limit is None:
         if hits and budget is not None:
             budget.restored = True

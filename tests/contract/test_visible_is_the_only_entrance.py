@@ -42,6 +42,7 @@ ESCAPES = {
     ("db/embedded.py", "cluster admin: reads one server setting only"),
     ("http/workers.py", "reads server settings and pg_stat_activity only"),
     ("db/session.py", "sets a bound, sends nothing"),
+    ("db/driver.py", "listeners see every statement"),
     ("db/roles.py", "cluster admin: creates the app login, reads pg_roles only"),
     (
         "erasure/files.py",
