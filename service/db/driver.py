@@ -24,19 +24,21 @@ from __future__ import annotations
 
 from collections import namedtuple
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
+from weakref import WeakKeyDictionary
 
 import psycopg
 from psycopg import Column
-from sqlalchemy.engine import Connection, Dialect
+from sqlalchemy.engine import Connection, CursorResult, Dialect
 from sqlalchemy.exc import DBAPIError, StatementError
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.sql.compiler import SQLCompiler
-from sqlalchemy.sql.expression import ClauseElement
+from sqlalchemy.sql.expression import ClauseElement, Executable
 
 from service.observability.telemetry import fail_statement_span
 
 Processor = Callable[[Any], Any]
+Built = TypeVar("Built")
 
 
 class _ListenerContext:
@@ -86,6 +88,10 @@ class _Compiled:
     def values(self, params: Mapping[str, Any]) -> dict[str, Any]:
         return self.defaults | self._processed(params)
 
+    @property
+    def learned(self) -> bool:
+        return self._row is not None
+
     def rows(self, raw: list[tuple[Any, ...]], described: Sequence[Column] | None) -> list[Any]:
         if self._row is None:  # names and the driver's types are known from the first answer
             self._learn(described or ())
@@ -126,12 +132,39 @@ class DriverStatement:
         if compiled is None:
             compiled = self._compiled = _Compiled(self.statement, connection.dialect)
         values = compiled.values(params)
-        rows, described = await _fetch(connection, compiled.sql, values)
+        rows, described = await _fetch(connection, compiled.sql, values, compiled.learned)
         return compiled.rows(rows, described)
 
 
+_BUILT_ONCE: WeakKeyDictionary[Executable, DriverStatement] = WeakKeyDictionary()
+
+
+def built_once(statement: Built) -> Built:
+    """Mark a statement (or the statements of a tuple) as built once and reused, so `run`
+    sends it on the driver; answers it unchanged."""
+    for part in statement if isinstance(statement, tuple) else (statement,):
+        if isinstance(part, ClauseElement) and isinstance(part, Executable):
+            _BUILT_ONCE[part] = DriverStatement(part)
+    return statement
+
+
+async def run(
+    session: AsyncSession, statement: Executable, params: Mapping[str, Any] | None = None
+) -> list[Any]:
+    """The rows of `statement` (none for a statement that returns none): on the driver when
+    it was `built_once`, else through SQLAlchemy (a statement built for one request, whose
+    literal values SQLAlchemy's cache sets apart)."""
+    driven = _BUILT_ONCE.get(statement)
+    if driven is not None:
+        return await driven.rows(session, params or {})
+    result = await session.execute(statement, params)
+    if isinstance(result, CursorResult) and not result.returns_rows:
+        return []
+    return list(result.all())
+
+
 async def _fetch(
-    connection: Connection, sql: str, values: dict[str, Any]
+    connection: Connection, sql: str, values: dict[str, Any], learned: bool
 ) -> tuple[list[tuple[Any, ...]], list[Column] | None]:
     # The engine's cursor listeners see each statement, the harness's Visible check included.
     driver = connection.connection.driver_connection  # visible: ok listeners see every statement
@@ -143,7 +176,8 @@ async def _fetch(
             sql, values = listener(connection, cursor, sql, values, context, False)
         try:
             await cursor.execute(sql, values)
-            rows = await cursor.fetchall()
+            described = cursor.description
+            rows = [] if described is None else await cursor.fetchall()
         except psycopg.Error as error:
             fail_statement_span(getattr(context, "_otel_span", None), error)
             raise _wrapped(connection, sql, values, error, cursor) from error
@@ -151,8 +185,7 @@ async def _fetch(
             connection.dispatch.after_cursor_execute(
                 connection, cursor, sql, values, context, False
             )
-        described = cursor.description
-    return rows, described
+    return rows, None if learned else described
 
 
 def _wrapped(

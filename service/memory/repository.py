@@ -50,7 +50,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.sql.elements import NamedColumn
 
-from service.db.driver import DriverStatement
+from service.db.driver import DriverStatement, built_once, run
 from service.db.models import EMBEDDING_DIMENSIONS, Memory, MemoryRecall, Space
 from service.memory.reserved import RESERVED_KEYS, SUMMARY_KIND
 from service.policy.visible import (
@@ -335,12 +335,11 @@ async def lock_keys(
     service/revocation/repository.py: writers share it, a revoke holds it alone)."""
     subjects = sorted({_subject_lock(ref) for ref in gated})
     keys = sorted({_key_lock(ref) for ref in refs})
-    row = (
-        await session.execute(
-            _locks(),
-            {"lock_names": [*subjects, *keys], "shared_lock_names": sorted(set(shared))},
-        )
-    ).one()
+    (row,) = await run(
+        session,
+        _locks(),
+        {"lock_names": [*subjects, *keys], "shared_lock_names": sorted(set(shared))},
+    )
     now = row[-1]
     assert isinstance(now, datetime)
     return now
@@ -358,7 +357,7 @@ def _locks() -> Select[Any]:
         func.hashtextextended(first.column_valued("name"), 0)
     )
     shared_locks = select(func.count(sharing)).scalar_subquery()
-    return select(shared_locks, locks, func.clock_timestamp())
+    return built_once(select(shared_locks, locks, func.clock_timestamp()))
 
 
 def _key_lock(ref: KeyRef) -> str:
@@ -450,7 +449,7 @@ async def live_keys_of_subjects(
         keys=[_pg_array(one.keys) for one in asked],
         rows=[limit + 1 + len(one.keys) for one in asked],
     )
-    rows = (await session.execute(statement, params)).all()
+    rows = await run(session, statement, params)
     plain = await vault_of(session).plaintexts(rows)
     found: list[list[LiveKey]] = [[] for _ in asked]
     for row in rows:
@@ -567,8 +566,8 @@ async def supersede_many(
     )
     params |= {"given_keys": sorted({one.ref.key for one in writes}), "supersede_now": at}
     made: dict[uuid.UUID, Supersession] = {}
-    for new_id, previous_id, previous_version, superseded, _ in await session.execute(
-        statement, params
+    for new_id, previous_id, previous_version, superseded, _ in await run(
+        session, statement, params
     ):
         previous = None if previous_id is None else Version(previous_id, previous_version)
         made[new_id] = Supersession(previous, list(superseded or []))
@@ -701,7 +700,7 @@ async def insert_many(
             else (None if key == "lexical" else _as_text(getattr(row, key), inserted.type))
             for row, override in zip(rows, overrides, strict=True)
         ]
-    await session.execute(statement, params)
+    await run(session, statement, params)
 
 
 def _build_insert(scope: Visible) -> tuple[Insert, list[tuple[str, NamedColumn[Any]]]]:
@@ -1407,7 +1406,7 @@ def _fused_hits(rows: Sequence[Row[Any]]) -> list[FusedHit]:
     ]
 
 
-_FUSED_SHAPES: dict[tuple[Any, ...], DriverStatement] = {}
+_FUSED_SHAPES: dict[tuple[Any, ...], Select[Any]] = {}
 """`_fused_within`'s statements, one per shape, built once from placeholder values and run on
 the driver (service/db/driver.py)."""
 
@@ -1421,7 +1420,7 @@ def _fused_within(
     k: int,
     size_limit: int | None,
     budget: ReadBudget | None,
-) -> tuple[Select[Any] | DriverStatement, dict[str, Any]]:
+) -> tuple[Select[Any], dict[str, Any]]:
     """The exact hybrid (or lexical) statement and its parameters. Building it costs more CPU
     than PostgreSQL spends running it, so each shape (what kind of caller, which filters and
     floors are set, whether gated or budgeted) is built once from placeholders, and every
@@ -1445,7 +1444,7 @@ def _fused_within(
     )
     cached = _FUSED_SHAPES.get(shape)
     if cached is None:
-        cached = _FUSED_SHAPES[shape] = DriverStatement(
+        cached = _FUSED_SHAPES[shape] = built_once(
             _build_fused_within(
                 visible(template_caller(scope.caller), Action.READ),
                 [0.0] * len(query_vector),
@@ -1530,11 +1529,7 @@ async def search_fused_within(
     statement, params = _fused_within(
         scope, query_vector, filters, fusion, k=k, size_limit=size_limit, budget=budget
     )
-    if isinstance(statement, DriverStatement):
-        rows = await statement.rows(session, params)
-    else:
-        rows = list((await session.execute(statement)).all())
-    hits = _fused_hits(rows)
+    hits = _fused_hits(await run(session, statement, params))
     if hits or size_limit is None:
         if hits and budget is not None:
             budget.restored = True

@@ -53,6 +53,7 @@ from sqlalchemy.orm.util import AliasedClass
 
 from service.auth.principal import GrantSnapshot, Principal
 from service.auth.scopes import Scope
+from service.db.driver import built_once, run
 from service.db.models import Memory, Space, SpaceGrant
 from service.observability.telemetry import span
 from service.policy.space_settings import DEFAULT as DEFAULT_SPACE_SETTINGS
@@ -516,7 +517,7 @@ class PerShape(Generic[Built]):
         built = self._built.get(key)
         if built is None:
             template = visible(template_caller(scope.caller), scope.action)
-            built = self._built[key] = self._build(template, *shape)
+            built = self._built[key] = built_once(self._build(template, *shape))
         return built, bound_values(scope.caller)
 
 
@@ -548,7 +549,7 @@ async def write_targets(session: AsyncSession, principal: Principal) -> WriteTar
     spaces' settings, in one statement (one snapshot, one round trip): the question "where may
     this caller write, and under which gates?" asked once."""
     statement, params = _WRITE_TARGETS(visible(principal, Action.WRITE))
-    row = (await session.execute(statement, params)).one()
+    (row,) = await run(session, statement, params)
     reads = frozenset(row[0])
     settings = {uuid.UUID(key): stored_space_settings(raw) for key, raw in (row[3] or {}).items()}
     writes = tuple(s for s in row[1] if s in reads)

@@ -32,6 +32,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY, UUID
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from service.db.driver import built_once, run
 from service.db.models import ErasureTombstone, Memory, MemoryHiding, Revocation
 from service.memory.repository import SEALING
 from service.policy.visible import Liveness, Visible
@@ -282,10 +283,12 @@ def _causes_statement() -> Select[Any]:
             select(wanted.c.space_id, wanted.c.content_hash)
         ),
     )
-    return select(
-        by_content_rows.scalar_subquery(),
-        by_source_rows.scalar_subquery(),
-        erased_rows.scalar_subquery(),
+    return built_once(
+        select(
+            by_content_rows.scalar_subquery(),
+            by_source_rows.scalar_subquery(),
+            erased_rows.scalar_subquery(),
+        )
     )
 
 
@@ -305,7 +308,7 @@ async def causes_of(
         "wanted_hashes": [digest for _, digest in wanted],
         "cited": sorted(set(sources)),
     }
-    row = (await session.execute(_causes_statement(), params)).one()
+    (row,) = await run(session, _causes_statement(), params)
     by_content: dict[tuple[uuid.UUID, bytes], set[uuid.UUID]] = {}
     for revocation_id, space_id, digest in row[0] or []:
         key = (uuid.UUID(space_id), bytes.fromhex(digest))
