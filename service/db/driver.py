@@ -14,7 +14,7 @@ did is kept, once per shape or per call:
   statement as SQLAlchemy would send it (the test suite's `Visible` check, statement
   counters, the SQL spans); a stand-in context carries the span between them;
 - errors: a driver error becomes SQLAlchemy's `DBAPIError` of the same class (parameters
-  hidden: they carry memory text), and a lost connection is invalidated so the pool drops it.
+  hidden: they carry memory text), and a lost connection retires the pool's older ones.
 
 Only statements whose every request value is a named parameter qualify (`PerShape`, the fused
 search's shapes): a statement with expanding (`IN`) parameters is refused when compiled.
@@ -34,6 +34,7 @@ from sqlalchemy.exc import DBAPIError, StatementError
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.expression import ClauseElement, Executable
+from sqlalchemy.util import greenlet_spawn
 
 from service.observability.telemetry import fail_statement_span
 
@@ -57,7 +58,7 @@ class _Compiled:
         self.escaped = dict(compiled.escaped_bind_names)
         self.binds: dict[str, Processor | None] = {}
         defaults: dict[str, Any] = {}
-        for name, bind in compiled.binds.items():
+        for bind, name in compiled.bind_names.items():  # each under its rendered name only
             self.binds[name] = bind.type.dialect_impl(dialect).bind_processor(dialect)
             if not bind.required:  # a text's `:name` has no value: each call must bring it
                 defaults[name] = bind.effective_value
@@ -80,8 +81,9 @@ class _Compiled:
         for name, value in values.items():
             if name in binds:
                 processor = binds[name]
+                # None too: JSONB's processor makes it JSON null, as SQLAlchemy's path does.
                 processed[self.escaped.get(name, name)] = (
-                    value if processor is None or value is None else processor(value)
+                    value if processor is None else processor(value)
                 )
         return processed
 
@@ -178,9 +180,11 @@ async def _fetch(
             await cursor.execute(sql, values)
             described = cursor.description
             rows = [] if described is None else await cursor.fetchall()
-        except psycopg.Error as error:
+        except BaseException as error:  # a cancelled statement ends its span too
             fail_statement_span(getattr(context, "_otel_span", None), error)
-            raise _wrapped(connection, sql, values, error, cursor) from error
+            if not isinstance(error, psycopg.Error):
+                raise
+            raise await _wrapped(connection, sql, values, error, cursor) from error
         if listened or connection.dispatch.after_cursor_execute:
             connection.dispatch.after_cursor_execute(
                 connection, cursor, sql, values, context, False
@@ -188,7 +192,7 @@ async def _fetch(
     return rows, None if learned else described
 
 
-def _wrapped(
+async def _wrapped(
     connection: Connection,
     sql: str,
     values: dict[str, Any],
@@ -197,8 +201,8 @@ def _wrapped(
 ) -> StatementError:
     dialect = connection.dialect
     lost = dialect.is_disconnect(error, connection.connection, cursor)  # type: ignore[arg-type]
-    if lost:
-        connection.invalidate(error)
+    if lost:  # closing a connection is I/O: in SQLAlchemy's greenlet, as its own path does
+        await greenlet_spawn(_retire_older_connections, connection, error)
     return DBAPIError.instance(
         sql,
         values,
@@ -209,3 +213,12 @@ def _wrapped(
         dialect=dialect,
         ismulti=False,
     )
+
+
+def _retire_older_connections(connection: Connection, error: BaseException) -> None:
+    """What SQLAlchemy does on a lost connection: a restart or failover killed every pooled
+    connection made before it, so the pool retires them all (each is replaced at its next
+    checkout) and this one is invalidated, instead of each later call finding the next dead
+    one. (`Pool._invalidate` is the pool's own step of `Connection._handle_dbapi_exception`.)"""
+    connection.engine.pool._invalidate(connection.connection, error)
+    connection.invalidate(error)

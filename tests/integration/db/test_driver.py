@@ -3,17 +3,20 @@ statement has through SQLAlchemy, without its execution path."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import uuid
 from collections.abc import AsyncIterator
 from decimal import Decimal
 from typing import Any
 
+import psycopg
 import pytest
 from sqlalchemy import (
     Float,
     Integer,
     Numeric,
+    Select,
     Text,
     bindparam,
     cast,
@@ -147,3 +150,95 @@ async def test_expanding_parameters_are_refused(session: AsyncSession) -> None:
     statement = select(literal(1)).where(literal(1).in_(bindparam("xs", expanding=True)))
     with pytest.raises(TypeError, match="expanding"):
         await DriverStatement(statement).rows(session, {"xs": [1]})
+
+
+PID = text("SELECT pg_backend_pid() AS pid")
+
+
+async def test_a_lost_connection_retires_every_older_one_of_the_pool(
+    database_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """After a restart or failover every pooled connection is dead: the first statement to
+    find out retires the whole pool's older connections, as SQLAlchemy does, so only that
+    one call fails (the driver path had retired its own connection only: each call after it
+    found the next dead one)."""
+    engine = create_engine(database_url, pool_size=3, max_overflow=0, ping_after_idle=60)
+    maker = async_sessionmaker(engine)
+    try:
+        sessions = [maker() for _ in range(3)]
+        pids = [(await session.execute(PID)).scalar_one() for session in sessions]
+        for session in sessions:
+            await session.close()
+        async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as owner:
+            for pid in pids:
+                await owner.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        await asyncio.sleep(0.3)
+        outcomes = []
+        for _ in range(3):
+            async with maker() as session:
+                try:
+                    await DriverStatement(PID).rows(session, {})
+                    outcomes.append("ok")
+                except DBAPIError as error:
+                    outcomes.append(f"lost={error.connection_invalidated}")
+    finally:
+        await engine.dispose()
+    assert outcomes == ["lost=True", "ok", "ok"]
+    assert "MissingGreenlet" not in caplog.text
+
+
+async def test_a_cancelled_statement_ends_its_span(session: AsyncSession) -> None:
+    """A statement cut off by the caller's deadline ends its SQL span (failed), like one the
+    database refused: the listener's context is never left holding an open span."""
+    ended: list[Any] = []
+
+    class Span:
+        def is_recording(self) -> bool:
+            return False
+
+        def end(self) -> None:
+            ended.append(self)
+
+    connection = await session.connection()
+    sync = connection.sync_connection
+    assert sync is not None
+
+    def before(_c: Any, _cursor: Any, statement: str, params: Any, context: Any, _m: Any) -> Any:
+        context._otel_span = Span()
+        return statement, params
+
+    event.listen(sync.engine, "before_cursor_execute", before, retval=True)
+    try:
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(0.2):
+                await DriverStatement(text("SELECT pg_sleep(3)")).rows(session, {})
+    finally:
+        event.remove(sync.engine, "before_cursor_execute", before)
+    assert len(ended) == 1
+
+
+async def test_a_none_value_takes_its_types_processor(session: AsyncSession) -> None:
+    """SQLAlchemy runs a bind processor on None too (JSONB's turns None into JSON null)."""
+    statement = select(cast(bindparam("doc", type_=JSONB), Text).label("doc"))
+    expected = (await session.execute(statement, {"doc": None})).scalar_one()
+    (row,) = await DriverStatement(statement).rows(session, {"doc": None})
+    assert row.doc == expected == "null"
+
+
+async def test_only_the_statements_parameters_are_sent(
+    engine: AsyncEngine, session: AsyncSession
+) -> None:
+    """An anonymous bind is sent under its rendered name only."""
+    sent: list[Any] = []
+
+    def before(_c: Any, _cursor: Any, _statement: str, params: Any, *_: Any) -> None:
+        sent.append(params)
+
+    statement: Select[Any] = select(literal(5).label("five"), bindparam("n", 1).label("n"))
+    event.listen(engine.sync_engine, "before_cursor_execute", before)
+    try:
+        (row,) = await DriverStatement(statement).rows(session, {"n": 2})
+    finally:
+        event.remove(engine.sync_engine, "before_cursor_execute", before)
+    assert (row.five, row.n) == (5, 2)
+    assert sent == [{"param_1": 5, "n": 2}]
