@@ -16,7 +16,6 @@ from sqlalchemy import (
     Float,
     Integer,
     Numeric,
-    Select,
     Text,
     bindparam,
     cast,
@@ -234,7 +233,7 @@ async def test_only_the_statements_parameters_are_sent(
     def before(_c: Any, _cursor: Any, _statement: str, params: Any, *_: Any) -> None:
         sent.append(params)
 
-    statement: Select[Any] = select(literal(5).label("five"), bindparam("n", 1).label("n"))
+    statement = select(literal(5).label("five"), bindparam("n", 1, Integer).label("n"))
     event.listen(engine.sync_engine, "before_cursor_execute", before)
     try:
         (row,) = await DriverStatement(statement).rows(session, {"n": 2})
