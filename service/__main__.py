@@ -274,13 +274,16 @@ async def _listen(
     runtime: Runtime,
     on_started: Callable[[], None],
     sock: socket.socket | None = None,
+    *,
+    worker: bool = False,
 ) -> None:
     """Serve the app (on `sock` when given, else on MEMGATE_HOST:MEMGATE_PORT) and the metrics
-    listener until uvicorn is told to stop; `on_started` runs once it accepts connections."""
+    listener until uvicorn is told to stop; `on_started` runs once it accepts connections.
+    A `worker` of `serve --workers N` never force-exits on a second signal (`WorkerServer`)."""
     import uvicorn
 
     from service.app import create_app
-    from service.http.server import MetricsServer, listener_config
+    from service.http.server import MetricsServer, WorkerServer, listener_config
     from service.observability.metrics import create_metrics_app
 
     observability = settings.observability
@@ -293,7 +296,7 @@ async def _listen(
     try:
         if observability.metrics_port:
             scraping = asyncio.create_task(metrics.serve())
-        server = uvicorn.Server(
+        server = (WorkerServer if worker else uvicorn.Server)(
             listener_config(
                 create_app(runtime),
                 settings.server.host,

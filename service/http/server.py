@@ -20,6 +20,7 @@ import asyncio
 import socket
 from collections.abc import Coroutine, Iterator
 from contextlib import contextmanager
+from types import FrameType
 from typing import Any, TypeVar
 
 import structlog
@@ -176,3 +177,15 @@ class MetricsServer(uvicorn.Server):
     @contextmanager
     def capture_signals(self) -> Iterator[None]:
         yield
+
+
+class WorkerServer(uvicorn.Server):
+    """A worker's API server. Its parent stops it with SIGTERM, and a Ctrl-C at the terminal
+    reaches it too (the whole process group gets SIGINT): two signals, in either order, that
+    uvicorn would read as "a second Ctrl-C, exit now" when SIGINT comes second. That skips the
+    app's lifespan shutdown, whose task is then cancelled and logged as an error. A worker
+    always stops gracefully; the parent kills one that is still up after `STOP_SECONDS`."""
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        super().handle_exit(sig, frame)
+        self.force_exit = False

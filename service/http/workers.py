@@ -230,7 +230,7 @@ def serve_worker(index: int, sock: socket.socket, ready: Any, settings: Settings
         watch = asyncio.create_task(_exit_when_orphaned(parent))
         runtime = await _runtime(settings, url, None)
         try:
-            await _listen(settings, runtime, lambda: ready.put(index), sock)
+            await _listen(settings, runtime, lambda: ready.put(index), sock, worker=True)
         finally:
             watch.cancel()
             await runtime.close()

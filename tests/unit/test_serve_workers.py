@@ -3,9 +3,13 @@ database's connection budget, and what each worker runs with (its metrics port, 
 
 from __future__ import annotations
 
+import signal
+
 import pytest
+import uvicorn
 
 from service.__main__ import build_parser
+from service.http.server import WorkerServer
 from service.http.workers import (
     SPARE_CONNECTIONS,
     WorkersDoNotFit,
@@ -102,3 +106,21 @@ def test_each_worker_has_its_metrics_port_and_only_the_first_signs_checkpoints()
 def test_metrics_off_stays_off_in_every_worker() -> None:
     settings = Settings(observability=ObservabilitySettings(metrics_port=0))
     assert [worker_settings(settings, i).observability.metrics_port for i in range(2)] == [0, 0]
+
+
+@pytest.mark.parametrize("first", [signal.SIGTERM, signal.SIGINT])
+def test_a_worker_stops_gracefully_on_its_parents_sigterm_and_the_groups_sigint(
+    first: signal.Signals,
+) -> None:
+    """Ctrl-C reaches a worker twice: the group's SIGINT and the parent's SIGTERM. uvicorn reads
+    SIGINT after another signal as "exit now", which skipped the app's lifespan shutdown (its
+    cancelled task logged an ERROR the lifecycle test found in CI); a worker never does."""
+    second = signal.SIGINT if first == signal.SIGTERM else signal.SIGTERM
+    config = uvicorn.Config(app=lambda *_: None)
+    stock, worker = uvicorn.Server(config), WorkerServer(config)
+    for server in (stock, worker):
+        server.handle_exit(first, None)
+        server.handle_exit(second, None)
+    assert worker.should_exit
+    assert not worker.force_exit
+    assert stock.force_exit is (second == signal.SIGINT)  # what the stock server does
