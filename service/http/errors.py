@@ -13,7 +13,7 @@ from litestar.exceptions import (
     ValidationException,
 )
 from litestar.status_codes import HTTP_413_REQUEST_ENTITY_TOO_LARGE
-from sqlalchemy.exc import DataError
+from sqlalchemy.exc import DataError, DBAPIError
 
 from service.db.types import PATTERN_MEANINGS
 from service.http.audit import find_call
@@ -26,6 +26,7 @@ from service.problems import (
     MethodNotAllowed,
     Problem,
     RouteNotFound,
+    ServiceUnavailable,
 )
 
 PROBLEM_JSON = "application/problem+json"
@@ -86,6 +87,14 @@ def to_problem(exc: Exception) -> Problem:
             "A value could not be stored: look for NUL characters or out-of-range dates "
             "and numbers.",
             errors=[],
+        )
+    if isinstance(exc, DBAPIError) and exc.connection_invalidated:
+        # A restart or failover: the pool has retired its connections, so a retry gets a new
+        # one. Whether a commit in flight landed is unknown: a write retries safely with its
+        # Idempotency-Key.
+        return ServiceUnavailable(
+            "The database connection was lost (a restart or failover). Retry the request; "
+            "retry a write with the same Idempotency-Key."
         )
     if isinstance(exc, RecursionError):
         return MalformedRequest("The JSON body is nested too deeply.")

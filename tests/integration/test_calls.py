@@ -414,3 +414,30 @@ async def test_no_connection_waits_in_a_transaction_while_a_remote_provider_answ
         await embedder.aclose()
     assert [hit["memory"]["id"] for hit in found.json()["hits"]] == [memory["id"]]
     assert seen_waiting == [0, 0]  # the write's and the search's embedding
+
+
+async def test_after_a_failover_one_call_answers_503_and_the_next_are_served(
+    api: Api, owner_engine: AsyncEngine
+) -> None:
+    """A restart or failover kills every pooled connection. The call that finds out answers
+    503 service-unavailable, saying to retry (it was a bare 500), and the pool has retired the
+    other dead connections, so the calls after it are served at once."""
+    alice = await api.new_agent("alice")
+    await api.remember(alice, value="the billing service is owned by team payments")
+    searches = [api.search(alice, "who owns billing") for _ in range(4)]
+    assert all(r.status_code == 200 for r in await asyncio.gather(*searches))  # pool warm
+    await owner_execute(
+        owner_engine,
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+        "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+        "AND usename <> current_user",
+    )
+    await asyncio.sleep(0.2)
+    answers = [await api.search(alice, "who owns billing") for _ in range(4)]
+    first, *rest = answers
+    assert first.status_code == 503, first.text
+    assert first.headers["content-type"].startswith("application/problem+json")
+    assert first.json()["type"].endswith("/service-unavailable")
+    assert "Retry" in first.json()["detail"]
+    assert [r.status_code for r in rest] == [200, 200, 200]
+    assert all(len(r.json()["hits"]) == 1 for r in rest)
