@@ -67,7 +67,7 @@ from service.auth.resolver import (
     resolve_principal,
 )
 from service.auth.tokens import VerifiedToken
-from service.db.driver import DriverStatement
+from service.db.driver import built_once, run
 from service.db.replica import PgLsn, ReadReplica
 from service.db.tenancy import name_tenant
 from service.operations import Operation, answered
@@ -262,11 +262,8 @@ class Call:
         self._naming = None  # this statement names the caller, not the begin hook
         if row is None:
             params = {**_naming_params(claimed), **entrance.params}
-            if entrance.prebuilt:
-                (row,) = await _PLAIN_ENTRANCE_ON_DRIVER[self.read_only].rows(self.db, params)
-            else:
-                statement = _entrance_of(entrance.check, self.read_only)
-                row = (await self.db.execute(statement, params)).one()
+            statement = _entrance_statement(entrance, self.read_only)
+            (row,) = await run(self.db, statement, params)
         principal = principal_from_check(token, row.live, row.tenant_settings)
         self.identify(principal, token)
         return principal
@@ -505,12 +502,10 @@ def _entrance_of(check: ScalarSelect[Any], read_only: bool) -> Select[Any]:
     )
 
 
-_PLAIN_ENTRANCE = {read_only: _entrance_of(EMBEDDED_LIVE, read_only) for read_only in (False, True)}
-"""The entrance of a plain token of our own issuer (most calls), built once."""
-_PLAIN_ENTRANCE_ON_DRIVER = {
-    read_only: DriverStatement(statement) for read_only, statement in _PLAIN_ENTRANCE.items()
+_PLAIN_ENTRANCE = {
+    read_only: built_once(_entrance_of(EMBEDDED_LIVE, read_only)) for read_only in (False, True)
 }
-"""Most calls' first statement, run on the driver (service/db/driver.py)."""
+"""The entrance of a plain token of our own issuer (most calls), built once: on the driver."""
 
 
 def _staleness(fresh: bool | None) -> str:

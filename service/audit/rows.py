@@ -26,7 +26,7 @@ from service.audit.checkpoints import NoAuditKey, insert_checkpoint, signing_key
 from service.auth.principal import Principal
 from service.auth.scopes import ALL_SCOPES
 from service.auth.tokens import VerifiedToken, presented_issuer
-from service.db.driver import DriverStatement
+from service.db.driver import built_once, run
 from service.observability.telemetry import AUDIT_APPEND_DURATION, span, timed
 
 if TYPE_CHECKING:
@@ -39,7 +39,7 @@ MAX_DELEGATION_DEPTH = 8
 
 _log = structlog.get_logger("memgate.audit")
 
-_APPEND = DriverStatement(
+_APPEND = built_once(
     text(
         "SELECT appended_seq, appended_hash FROM audit_append("
         ":tenant_id, :request_id, :trace_id, :actor, :client_id, :delegation, :token_id, "
@@ -82,7 +82,7 @@ async def append(session: AsyncSession, row: AuditRow, *, path: str) -> tuple[in
         span("audit.append", {"memgate.audit.path": path}),
         timed(AUDIT_APPEND_DURATION, {"memgate.audit.path": path}),
     ):
-        (result,) = await _APPEND.rows(session, row.__dict__)
+        (result,) = await run(session, _APPEND, row.__dict__)
     return int(result[0]), bytes(result[1])
 
 

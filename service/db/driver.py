@@ -173,7 +173,6 @@ async def _fetch(
     assert isinstance(driver, psycopg.AsyncConnection)
     context = _ListenerContext()
     async with driver.cursor() as cursor:
-        listened = bool(connection.dispatch.before_cursor_execute)
         for listener in connection.dispatch.before_cursor_execute:
             sql, values = listener(connection, cursor, sql, values, context, False)
         try:
@@ -185,10 +184,7 @@ async def _fetch(
             if not isinstance(error, psycopg.Error):
                 raise
             raise await _wrapped(connection, sql, values, error, cursor) from error
-        if listened or connection.dispatch.after_cursor_execute:
-            connection.dispatch.after_cursor_execute(
-                connection, cursor, sql, values, context, False
-            )
+        connection.dispatch.after_cursor_execute(connection, cursor, sql, values, context, False)
     return rows, None if learned else described
 
 

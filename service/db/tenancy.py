@@ -14,11 +14,11 @@ import uuid
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from service.db.driver import DriverStatement
+from service.db.driver import built_once, run
 
-_NAME_TENANT = DriverStatement(text("SELECT set_config('memgate.tenant_id', :tenant, true)"))
+_NAME_TENANT = built_once(text("SELECT set_config('memgate.tenant_id', :tenant, true)"))
 
 
 async def name_tenant(session: AsyncSession, tenant_id: uuid.UUID) -> None:
     """Name `tenant_id` for the rest of the session's current transaction."""
-    await _NAME_TENANT.rows(session, {"tenant": str(tenant_id)})
+    await run(session, _NAME_TENANT, {"tenant": str(tenant_id)})

@@ -50,7 +50,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.sql.elements import NamedColumn
 
-from service.db.driver import DriverStatement, built_once, run
+from service.db.driver import built_once, run
 from service.db.models import EMBEDDING_DIMENSIONS, Memory, MemoryRecall, Space
 from service.memory.reserved import RESERVED_KEYS, SUMMARY_KIND
 from service.policy.visible import (
@@ -856,7 +856,7 @@ class ReadBudget:
         )
 
 
-_SET_READ_BUDGET = DriverStatement(
+_SET_READ_BUDGET = built_once(
     select(
         func.current_setting("statement_timeout"),
         func.set_config("statement_timeout", bindparam("budget", type_=Text), True),
@@ -871,7 +871,7 @@ async def read_budget(session: AsyncSession, timeout_ms: int) -> AsyncIterator[R
     then restore the previous one, so the audit append and commit that follow are not held to
     a read's budget: in the reads' last statement when it can (`ReadBudget.restoring`), else
     in one more. A cancelled read raises `ReadCancelled` (the database's words stay out)."""
-    (answer,) = await _SET_READ_BUDGET.rows(session, {"budget": f"{timeout_ms}ms"})
+    (answer,) = await run(session, _SET_READ_BUDGET, {"budget": f"{timeout_ms}ms"})
     budget = ReadBudget(str(answer[0]))
     try:
         yield budget
