@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
@@ -19,6 +21,7 @@ from service.policy.compile import lock_policy, recompile
 from service.policy.rules import EXTERNAL_ADMIN, POLICY_ADMIN, Rule, add_rules, principal_name
 from tests.conftest import PUBLIC_URL, TRUSTED_TEST_ISSUER
 from tests.fixtures.api import Api
+from tests.integration.memory.support import as_owner
 
 EVERY_ADMIN_SCOPE = sorted(ADMIN_SCOPES)
 
@@ -46,6 +49,38 @@ async def _admin(api: Api, name: str) -> tuple[str, str, str, dict[str, str]]:
     assert added.status_code == 200, added.text
     token = await api.access_token(client_id, secret)
     return principal["id"], client_id, secret, {"Authorization": f"Bearer {token}"}
+
+
+WaitFor = Callable[[int], Awaitable[None]]
+
+
+@asynccontextmanager
+async def _policy_lock_held(api: Api) -> AsyncIterator[WaitFor]:
+    """Hold the tenant's policy lock; yields a function that returns once `n` other backends
+    wait for it. The lock is released on leaving."""
+    tenant = uuid.UUID(api.tenant_id)
+    async with api.runtime.sessionmaker.begin() as holder:
+        await name_tenant(holder, tenant)  # row-level security
+        await lock_policy(holder, tenant)
+
+        async def waiting_for_it(n: int) -> None:
+            # As the owner: the app role sees no other session's wait events.
+            async with as_owner(api.runtime) as probe, asyncio.timeout(10):
+                while True:
+                    # The first waiter is blocked by the holder, the next ones by the first
+                    # waiter's tuple lock: count every lock wait here.
+                    blocked = await probe.scalar(
+                        text(
+                            "SELECT count(*) FROM pg_stat_activity WHERE"
+                            " datname = current_database() AND wait_event_type = 'Lock'"
+                        )
+                    )
+                    await probe.rollback()  # the next look sees a fresh snapshot
+                    if (blocked or 0) >= n:
+                        return
+                    await asyncio.sleep(0.02)
+
+        yield waiting_for_it
 
 
 def _assert_last_admin_refusal(answer: httpx.Response, client_id: str) -> None:
@@ -125,11 +160,24 @@ async def test_two_admins_disabling_each_others_clients_at_once_leave_one_workin
             f"/v1/roles/policy_admin/members/{api.admin.principal_id}", headers=b_headers
         )
         assert left.status_code == 200, left.text
-        async with httpx.AsyncClient(transport=transport, base_url=PUBLIC_URL) as http:
-            answers = await asyncio.gather(
-                http.post(f"/v1/clients/{c_client}/disable", headers=b_headers),
-                http.post(f"/v1/clients/{b_client}/disable", headers=c_headers),
-            )
+        async with (
+            httpx.AsyncClient(transport=transport, base_url=PUBLIC_URL) as http,
+            _policy_lock_held(api) as both_waiting,
+        ):
+            # Both requests pass authentication before either commits: the test holds the
+            # tenant's policy lock until both wait for it, so the loser is refused by the
+            # recheck under the lock (without it, a loser that arrives late is refused by
+            # the entrance, which is right too but not what this test is about).
+            calls = [
+                asyncio.create_task(
+                    http.post(f"/v1/clients/{c_client}/disable", headers=b_headers)
+                ),
+                asyncio.create_task(
+                    http.post(f"/v1/clients/{b_client}/disable", headers=c_headers)
+                ),
+            ]
+            await both_waiting(2)
+        answers = await asyncio.gather(*calls)
         statuses = sorted(answer.status_code for answer in answers)
         assert statuses == [200, 401], [answer.text for answer in answers]
         refused = next(answer for answer in answers if answer.status_code == 401)
