@@ -107,6 +107,7 @@ class EmbeddedPostgres:
                 os.close(owner_fd)  # another live process owns the running cluster
             else:
                 self._owner_fd = owner_fd  # we start it, or adopt an orphan
+            _wait_while_the_postmaster_is_a_zombie(self._data_dir / "pgdata")
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # platformdirs warns when XDG_RUNTIME_DIR is unset
                 self._server = get_server(self._data_dir / "pgdata", cleanup_mode=None)
@@ -137,6 +138,43 @@ class EmbeddedPostgres:
         finally:
             os.close(self._owner_fd)
             self._owner_fd = None
+
+
+ZOMBIE_WAIT_SECONDS = 30.0
+"""How long start() waits for a killed postmaster to be reaped."""
+
+
+def _wait_while_the_postmaster_is_a_zombie(pgdata: Path) -> None:
+    """A postmaster killed outright (kill -9, the OOM killer) stays a zombie until its parent
+    reaps it; in a container whose init reaps lazily that took 1.7 s here. The wheel counts a
+    zombie as a running server, hands out its dead socket and the start fails. So wait until
+    it is gone; PostgreSQL then takes the stale postmaster.pid as stale (its shared memory is
+    checked too) and recovers from its WAL."""
+    pid = _postmaster_pid(pgdata)
+    deadline = time.monotonic() + ZOMBIE_WAIT_SECONDS
+    while pid is not None and _is_zombie(pid):
+        if time.monotonic() > deadline:
+            raise SystemExit(
+                f"memgate: the embedded PostgreSQL's postmaster (pid {pid}) was killed and its "
+                f"parent has not reaped it in {ZOMBIE_WAIT_SECONDS:.0f} s; run the container "
+                "with an init that reaps (docker run --init), or wait and start again."
+            )
+        time.sleep(0.05)
+
+
+def _postmaster_pid(pgdata: Path) -> int | None:
+    try:
+        return int((pgdata / "postmaster.pid").read_text().splitlines()[0])
+    except (FileNotFoundError, IndexError, ValueError):
+        return None
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False  # gone (or no /proc: not Linux, where the wheel's check is enough)
+    return stat.rsplit(")", 1)[1].split()[0] == "Z"
 
 
 def _stop_cluster(server: Any) -> None:
