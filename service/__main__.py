@@ -398,8 +398,11 @@ def _serve_workers(settings: Settings, start: Start, count: int) -> int:
         )
         return 1
     finally:
-        workers.stop()
+        # The parent's copy of the socket first: while it is open the kernel keeps queueing
+        # new connections that no draining worker accepts, and they hang; once every copy is
+        # closed they are refused at once (and a load balancer tries another replica).
         sock.close()
+        workers.stop()
 
 
 def cmd_serve(settings: Settings, workers: int | None = None, migrate: bool | None = None) -> int:
