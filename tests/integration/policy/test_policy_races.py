@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from dataclasses import dataclass, field
 
 import httpx
 from sqlalchemy import text
@@ -12,7 +13,7 @@ from sqlalchemy import text
 from service.db.tenancy import name_tenant
 from service.policy.compile import lock_policy, recompile
 from tests.conftest import PUBLIC_URL
-from tests.fixtures.api import Api
+from tests.fixtures.api import Agent, Api
 
 
 async def test_concurrent_creations_all_succeed_and_all_get_their_grants(api: Api) -> None:
@@ -190,3 +191,93 @@ async def test_two_admins_removing_each_other_at_once_leave_one_admin(api: Api) 
             f"/v1/roles/policy_admin/members/{first if survivor is first_headers else second}",
             headers=api.admin.headers,
         )
+
+
+@dataclass
+class RevokeRace:
+    """One round: a reader reading while an admin revokes its read grant."""
+
+    http: httpx.AsyncClient
+    reader: Agent
+    space_id: str
+    written: set[str]
+    revoked_at: float | None = None
+    reads: list[tuple[float, set[str]]] = field(default_factory=list)
+    """(when the call began, the space's memories it showed)."""
+
+    def reads_after_the_revoke(self) -> list[set[str]]:
+        return [
+            shown
+            for began, shown in self.reads
+            if self.revoked_at is not None and began > self.revoked_at
+        ]
+
+    async def read(self) -> None:
+        """Search, list and get in turn until 9 calls began after the revoke answered."""
+        loop = asyncio.get_running_loop()
+        one = min(self.written)
+        n = 0
+        while len(self.reads_after_the_revoke()) < 9:
+            began, n = loop.time(), n + 1
+            if n % 3 == 0:
+                answer = await self.http.post(
+                    "/v1/memories/search",
+                    json={"query": "launch plan"},
+                    headers=self.reader.headers,
+                )
+                assert answer.status_code == 200, answer.text
+                shown = {hit["memory"]["id"] for hit in answer.json()["hits"]}
+            elif n % 3 == 1:
+                answer = await self.http.get(
+                    "/v1/memories", params={"space_id": self.space_id}, headers=self.reader.headers
+                )
+                # Not readable any more: the space answers like one that does not exist.
+                assert answer.status_code in (200, 404), answer.text
+                shown = {item["id"] for item in answer.json().get("items", [])}
+            else:
+                answer = await self.http.get(f"/v1/memories/{one}", headers=self.reader.headers)
+                assert answer.status_code in (200, 404), answer.text
+                shown = {one} if answer.status_code == 200 else set()
+            self.reads.append((began, shown & self.written))
+
+    async def revoke(self, grant: str, admin: dict[str, str], delay: float) -> None:
+        await asyncio.sleep(delay)
+        gone = await self.http.delete(grant, headers=admin)
+        assert gone.status_code == 200, gone.text
+        self.revoked_at = asyncio.get_running_loop().time()
+
+
+async def test_no_read_after_a_revoke_commits_returns_what_it_revoked(api: Api) -> None:
+    """Issue 18, concurrency: a reader searches, lists and gets while an admin takes its read
+    grant away. Every call that began after the revoke's answer arrived (the change had
+    committed) shows none of the space's memories; calls before it did, so the race was real."""
+    headers = api.admin.headers
+    space = await api.http.post(
+        "/v1/spaces", json={"name": "revoked", "kind": "team"}, headers=headers
+    )
+    space_id = space.json()["space"]["id"]
+    writer, reader = await api.new_agent("writer"), await api.new_agent("reader")
+    for action in ("read", "write"):
+        granted = await api.http.put(
+            f"/v1/spaces/{space_id}/grants/{action}/user:{writer.principal_id}", headers=headers
+        )
+        assert granted.status_code == 200, granted.text
+    written = {
+        (
+            await api.remember(
+                writer, key=f"plan-{n}", value=f"the launch plan, part {n}", space_id=space_id
+            )
+        )["id"]
+        for n in range(3)
+    }
+    grant = f"/v1/spaces/{space_id}/grants/read/user:{reader.principal_id}"
+    transport = httpx.ASGITransport(app=api.http.app)
+    seen_before = 0
+    for round_ in range(5):
+        assert (await api.http.put(grant, headers=headers)).status_code == 200
+        async with httpx.AsyncClient(transport=transport, base_url=PUBLIC_URL) as http:
+            race = RevokeRace(http, reader, space_id, written)
+            await asyncio.gather(race.read(), race.revoke(grant, headers, 0.01 * round_))
+        assert not [shown for shown in race.reads_after_the_revoke() if shown], round_
+        seen_before += sum(1 for began, shown in race.reads if shown)
+    assert seen_before, "no read overlapped a revoke: the test raced nothing"
