@@ -13,6 +13,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from sqlalchemy import text
 
 from tests.fixtures.api import Agent, Api
@@ -108,9 +109,12 @@ def _leaks(text_seen: str, who: str, world: World) -> list[str]:
     ]
 
 
-async def test_no_principal_ever_receives_a_canary_it_may_not_read(api: Api) -> None:
+async def test_no_principal_ever_receives_a_canary_it_may_not_read(
+    api: Api, span_exporter: InMemorySpanExporter
+) -> None:
     world = await _build(api)
     ids = {canary: m["id"] for canary, m in world.memories.items() if m}
+    span_exporter.clear()
     with captured_logs() as events:
         for who, agent in world.agents.items():
             http = world.apis[who].http
@@ -154,8 +158,11 @@ async def test_no_principal_ever_receives_a_canary_it_may_not_read(api: Api) -> 
             everything = "\n".join(seen)
             assert _leaks(everything, who, world) == [], who
             assert readable <= {c for c in world.readers if c in everything}, who
+    spans = [span.to_json() for span in span_exporter.get_finished_spans()]
+    assert len(spans) > 100, "the reads produced (almost) no spans"
     for canary in world.readers:
         assert canary not in repr(events), "a canary reached the logs"
+        assert not [span for span in spans if canary in span], "a canary reached a span"
 
 
 async def test_a_lexical_search_for_a_canary_word_finds_it_only_for_its_readers(
