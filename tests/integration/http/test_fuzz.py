@@ -35,6 +35,7 @@ from schemathesis.specs.openapi.checks import (
 )
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from service.audit.rows import PLATFORM_TENANT
 from service.auth.scopes import ALL_SCOPES
 from tests.fixtures.api import Api, TestClient
 from tests.fixtures.canaries import captured_logs
@@ -43,6 +44,8 @@ from tests.integration.audit.support import audit_rows
 SCHEMA = yaml.safe_load((Path(__file__).parents[3] / "openapi.yaml").read_text())
 CASES_PER_OPERATION = int(os.environ.get("MEMGATE_FUZZ_CASES", "6"))
 """Cases per operation and mode; raise it for a longer hunt (the suite's run stays short)."""
+UNAUDITED_PROBES = {"/healthz", "/readyz"}
+"""Not audited by design (docs/audit.md, "What a row holds")."""
 CHECKS = [
     status_code_conformance,
     content_type_conformance,
@@ -137,7 +140,8 @@ async def test_no_generated_case_gets_a_server_error_or_an_undeclared_answer(
     schema = schemathesis.openapi.from_dict(SCHEMA)
     failures: list[str] = []
     answers: list[str] = []
-    sent, answered = 0, Counter[int]()
+    sent, probed, answered = 0, 0, Counter[int]()
+    rows_before = Counter(row["tenant_id"] for row in await audit_rows(owner_engine))
     span_exporter.clear()
     caplog.set_level(logging.DEBUG)
     with captured_logs() as log_events:
@@ -151,11 +155,22 @@ async def test_no_generated_case_gets_a_server_error_or_an_undeclared_answer(
                 failures += _failures(operation, case, response, mode)
                 sent += 1
                 answered[response.status_code] += 1
+                probed += operation.path in UNAUDITED_PROBES
     assert failures == []
     assert sent >= 50 * CASES_PER_OPERATION  # every operation (77), less those with no input
     # The token held every scope: most answers got past the entrance to the operation itself.
     assert answered[401] < sent / 2
     assert sum(n for status, n in answered.items() if status < 300) > 0
+    # Audit completeness: one row per call but the probes, in the fuzzer's tenant (its token
+    # names it, and the token endpoint's refusals of unknown clients go to the platform's
+    # chain), and the chain verifies.
+    rows = await audit_rows(owner_engine)
+    added = Counter(row["tenant_id"] for row in rows) - rows_before
+    assert added[uuid.UUID(api.tenant_id)] + added[PLATFORM_TENANT] == sent - probed, added
+    assert set(added) <= {uuid.UUID(api.tenant_id), PLATFORM_TENANT}, added
+    verified = await http.get("/v1/audit/verify", headers={"Authorization": f"Bearer {token}"})
+    assert verified.status_code == 200, verified.text
+    assert verified.json()["ok"] is True, verified.json()
     # The canary oracle.
     assert oracle.own, "the fuzzer wrote no value"
     if mode is GenerationMode.POSITIVE:
@@ -168,7 +183,7 @@ async def test_no_generated_case_gets_a_server_error_or_an_undeclared_answer(
         "structlog events": repr(log_events),
         "standard-library log records": "\n".join(r.getMessage() for r in app_records),
         "a span": "\n".join(span.to_json() for span in span_exporter.get_finished_spans()),
-        "the audit log": repr(await audit_rows(owner_engine)),
+        "the audit log": repr(rows),
     }
     assert log_events
     assert span_exporter.get_finished_spans()
