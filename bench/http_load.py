@@ -185,22 +185,27 @@ def _stat(pid: int) -> tuple[int, float] | None:
     return int(fields[1]), ticks / CLOCK_TICKS
 
 
-def tree_cpu(roots: list[int]) -> float:
+def tree_pids(roots: list[int]) -> dict[int, float]:
+    """Every live process under `roots` (themselves included): pid → its CPU seconds."""
     stats = {int(p.name): _stat(int(p.name)) for p in Path("/proc").iterdir() if p.name.isdigit()}
     children: dict[int, list[int]] = {}
     for pid, stat in stats.items():
         if stat is not None:
             children.setdefault(stat[0], []).append(pid)
-    total, pending, seen = 0.0, list(roots), set()
+    found: dict[int, float] = {}
+    pending = list(roots)
     while pending:
         pid = pending.pop()
         stat = stats.get(pid)
-        if pid in seen or stat is None:
+        if pid in found or stat is None:
             continue
-        seen.add(pid)
-        total += stat[1]
+        found[pid] = stat[1]
         pending += children.get(pid, [])
-    return total
+    return found
+
+
+def tree_cpu(roots: list[int]) -> float:
+    return sum(tree_pids(roots).values())
 
 
 # --- one server ------------------------------------------------------------------------------
