@@ -114,9 +114,10 @@ async def _others_canaries(api: Api) -> list[str]:
     return canaries
 
 
-async def _send(http: TestClient, case: Any, token: str) -> Any:
+async def _send(http: TestClient, case: Any, token: str | None) -> Any:
     sent = case.as_transport_kwargs(
-        base_url=str(http.base_url), headers={"Authorization": f"Bearer {token}"}
+        base_url=str(http.base_url),
+        headers={} if token is None else {"Authorization": f"Bearer {token}"},
     )
     sent.pop("timeout", None)
     if not sent.get("cookies"):
@@ -206,3 +207,41 @@ def _failures(operation: Any, case: Any, response: Any, mode: GenerationMode) ->
     except BaseExceptionGroup as group:  # schemathesis' failures, each named
         return [f"{operation.label}: {failure}" for failure in group.exceptions]
     return []
+
+
+def _needs_a_token(operation: Any) -> bool:
+    """openapi.yaml's own word: the document's `security` unless the operation says `[]`."""
+    declared = operation.definition.raw.get("security", SCHEMA["security"])
+    return bool(declared)
+
+
+async def test_no_generated_case_gets_past_a_missing_or_forged_token(http: TestClient) -> None:
+    """schemathesis' ignored-auth check, in-process: every generated valid case of every
+    operation that needs a token, sent without one and with a forged one, is refused 401 with
+    a challenge and a problem body; the operations documented as public ask for no token."""
+    schema = schemathesis.openapi.from_dict(SCHEMA)
+    refused, public, failures = 0, 0, []
+    for result in schema.get_all_operations():
+        assert isinstance(result, Ok), result.err()
+        operation = result.ok()
+        for case in _cases(operation, GenerationMode.POSITIVE)[:2]:
+            for token in (None, "eyJhbGciOiJub25lIn0.eyJzdWIiOiJ4In0."):
+                response = await _send(http, case, token)
+                challenge = response.headers.get("www-authenticate", "")
+                if not _needs_a_token(operation):
+                    # Answered without a bearer token (the token endpoint may still refuse the
+                    # generated client credentials: 401 invalid_client, RFC 6749 5.2).
+                    public += 1
+                    if challenge.startswith("Bearer"):
+                        failures.append(f"{operation.label}: public, yet asks for a token")
+                    continue
+                refused += 1
+                if (
+                    response.status_code != 401
+                    or not challenge.startswith("Bearer")
+                    or not response.headers["content-type"].startswith("application/problem")
+                ):
+                    failures.append(f"{operation.label}: {response.status_code} {challenge!r}")
+    assert failures == []
+    assert refused >= 4 * 50
+    assert public > 0
