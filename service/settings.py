@@ -434,7 +434,8 @@ class EmbeddingSettings:
     model: `MEMGATE_EMBEDDING_MODEL`; model name for the provider.
     dimensions: `MEMGATE_EMBEDDING_DIMENSIONS`; must equal the schema's vector size (256).
     base_url / api_key: `MEMGATE_EMBEDDING_URL` / `MEMGATE_EMBEDDING_API_KEY` for HTTP providers.
-    timeout_seconds / retries: `MEMGATE_EMBEDDING_TIMEOUT` / `MEMGATE_EMBEDDING_RETRIES`.
+    timeout_seconds / retries: `MEMGATE_EMBEDDING_TIMEOUT` (per attempt, the whole answer
+        included) / `MEMGATE_EMBEDDING_RETRIES`.
     """
 
     provider: str = "wordllama"
@@ -472,7 +473,7 @@ class SummarizerSettings:
     url: `MEMGATE_SUMMARIZER_URL`; the endpoint's base URL (required for a model).
     model: `MEMGATE_SUMMARIZER_MODEL`; the model name sent to the endpoint.
     api_key: `MEMGATE_SUMMARIZER_API_KEY`; sent as a bearer token when set.
-    timeout_seconds: `MEMGATE_SUMMARIZER_TIMEOUT`; per request.
+    timeout_seconds: `MEMGATE_SUMMARIZER_TIMEOUT`; per attempt, the whole answer included.
     retries: `MEMGATE_SUMMARIZER_RETRIES`; further attempts on transient failures (0..5).
     max_chars: `MEMGATE_SUMMARIZER_MAX_CHARS`; the longest summary kept (a longer answer is
         cut; also capped by `MEMGATE_MAX_VALUE_CHARS`).

@@ -9,7 +9,6 @@ before the summarizer is asked (service/consolidation/service.py), never from it
 
 from __future__ import annotations
 
-import asyncio
 import json
 import unicodedata
 from collections.abc import Sequence
@@ -21,9 +20,17 @@ from typing import Any, Protocol
 import httpx
 
 from service.consolidation.problems import SummarizerFailed
+from service.provider_calls import (
+    ProviderAnswerInvalid,
+    ProviderRefused,
+    ProviderUnreachable,
+    post_json,
+)
 from service.settings import SummarizerSettings
 
-_TRANSIENT_STATUS = {408, 429, 500, 502, 503, 504}
+ANSWER_BYTES_MAX = 1_000_000
+"""A chat answer is a few kilobytes; one over a megabyte is refused before it is parsed (the
+summary is capped to `max_chars` after)."""
 EXTRACTIVE_LINE_CHARS = 500
 """The most of one input's value an extractive summary quotes."""
 PROMPT = (
@@ -193,27 +200,26 @@ class ChatSummarizer:
         path = "/api/chat" if ollama else "/v1/chat/completions"
         payload: dict[str, Any] = {"model": self._settings.model, "messages": messages}
         payload["stream"] = False
-        for attempt in range(self._settings.retries + 1):
-            try:
-                response = await self._client.post(path, json=payload)
-            except httpx.HTTPError:
-                response = None
-            if response is not None and response.status_code not in _TRANSIENT_STATUS:
-                if response.is_error:
-                    raise SummarizerFailed(
-                        f"The summarizer refused the request (HTTP {response.status_code}). "
-                        "Nothing was written."
-                    )
-                try:
-                    return response.json()
-                except ValueError:
-                    raise _bad_answer() from None
-            if attempt < self._settings.retries:
-                await asyncio.sleep(0.2 * 2**attempt)
-        raise SummarizerFailed(
-            "The summarizer is unreachable or keeps failing. Nothing was written; run the job "
-            "again later."
-        )
+        try:
+            return await post_json(
+                self._client,
+                path,
+                payload,
+                retries=self._settings.retries,
+                attempt_seconds=self._settings.timeout_seconds,
+                max_bytes=ANSWER_BYTES_MAX,
+            )
+        except ProviderRefused as refused:
+            raise SummarizerFailed(
+                f"The summarizer refused the request (HTTP {refused.status}). Nothing was written."
+            ) from None
+        except ProviderAnswerInvalid:
+            raise _bad_answer() from None
+        except ProviderUnreachable:
+            raise SummarizerFailed(
+                "The summarizer is unreachable or keeps failing. Nothing was written; run the "
+                "job again later."
+            ) from None
 
     def _content(self, body: Any) -> str:
         """The message text of the answer; any other shape is the endpoint's fault."""

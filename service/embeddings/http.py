@@ -1,17 +1,31 @@
 """HTTP embedding providers: Ollama (`/api/embed`) and OpenAI-compatible (`/v1/embeddings`),
-with a timeout, bounded retries on transient failures, and the same vector checks."""
+with a time bound per attempt, a size bound on the answer, bounded retries on transient
+failures (service/provider_calls.py), and the same vector checks."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from typing import Any
 
 import httpx
 
 from service.embeddings.base import EmbeddingFailed, EmbeddingInvalid, check_vectors
+from service.provider_calls import (
+    ProviderAnswerInvalid,
+    ProviderRefused,
+    ProviderUnreachable,
+    post_json,
+)
 
-_TRANSIENT_STATUS = {408, 429, 500, 502, 503, 504}
+BYTES_PER_NUMBER = 32
+"""Generous for a float in JSON ("-0.12345678901234567e-05", and a separator)."""
+ENVELOPE_BYTES = 64 * 1024
+"""Room for the answer's own fields (model names, usage counts) around the vectors."""
+
+
+def answer_bytes_max(texts: int, dimensions: int) -> int:
+    """The largest answer a provider can honestly give for `texts` vectors of `dimensions`."""
+    return ENVELOPE_BYTES + texts * dimensions * BYTES_PER_NUMBER
 
 
 class HttpEmbedder:
@@ -33,6 +47,7 @@ class HttpEmbedder:
         self._model = model
         self._dimensions = dimensions
         self._retries = retries
+        self._timeout = timeout
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._client = httpx.AsyncClient(
             base_url=base_url.rstrip("/"), timeout=timeout, headers=headers, transport=transport
@@ -60,23 +75,30 @@ class HttpEmbedder:
     async def _post_with_retries(self, texts: list[str]) -> Any:
         path = "/api/embed" if self._flavor == "ollama" else "/v1/embeddings"
         payload = {"model": self._model, "input": texts}
-        for attempt in range(self._retries + 1):
-            try:
-                response = await self._client.post(path, json=payload)
-            except httpx.TransportError:
-                response = None
-            if response is not None and response.status_code not in _TRANSIENT_STATUS:
-                if response.is_error:
-                    raise EmbeddingFailed(
-                        f"The embedding provider refused the request (HTTP {response.status_code})."
-                    )
-                try:
-                    return response.json()
-                except ValueError:
-                    raise EmbeddingInvalid("The embedding provider returned non-JSON.") from None
-            if attempt < self._retries:
-                await asyncio.sleep(0.2 * 2**attempt)
-        raise EmbeddingFailed("The embedding provider is unreachable or keeps failing.")
+        try:
+            return await post_json(
+                self._client,
+                path,
+                payload,
+                retries=self._retries,
+                attempt_seconds=self._timeout,
+                max_bytes=answer_bytes_max(len(texts), self._dimensions),
+            )
+        except ProviderRefused as refused:
+            raise EmbeddingFailed(
+                f"The embedding provider refused the request (HTTP {refused.status})."
+            ) from None
+        except ProviderAnswerInvalid as invalid:
+            if invalid.too_large:
+                raise EmbeddingInvalid(
+                    "The embedding provider's answer is larger than vectors of "
+                    f"{self._dimensions} dimensions can be. Nothing was written."
+                ) from None
+            raise EmbeddingInvalid("The embedding provider returned non-JSON.") from None
+        except ProviderUnreachable:
+            raise EmbeddingFailed(
+                "The embedding provider is unreachable or keeps failing."
+            ) from None
 
     def _vectors(self, body: Any) -> object:
         """The vectors of the answer in input order; `check_vectors` then checks each one. Any

@@ -3,14 +3,25 @@ storable (no NUL or control characters) and capped."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 import uuid
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
+import httpx
 import pytest
 
+from service.consolidation.problems import SummarizerFailed
 from service.consolidation.repository import InputRow
 from service.consolidation.service import fingerprint
-from service.consolidation.summarizers import Extractive, Input, capped, create_summarizer
+from service.consolidation.summarizers import (
+    ChatSummarizer,
+    Extractive,
+    Input,
+    capped,
+    create_summarizer,
+)
 from service.memory.normalize import content_hash
 from service.settings import SummarizerSettings
 
@@ -80,3 +91,33 @@ def test_the_fingerprint_names_exactly_the_versions_and_the_summarizer() -> None
     assert fingerprint("extractive/v1@4000", [row(1), row(2, value="w")]) != base
     assert fingerprint("extractive/v1@4000", [row(1)]) != base
     assert fingerprint("openai/m@4000", [row(1), row(2)]) != base
+
+
+async def _endless(chunk: bytes, pause: float) -> AsyncIterator[bytes]:
+    while True:
+        await asyncio.sleep(pause)
+        yield chunk
+
+
+def _chat(transport: httpx.MockTransport, timeout: float = 5.0) -> ChatSummarizer:
+    settings = SummarizerSettings(
+        kind="openai", url="http://chat.local", model="m", timeout_seconds=timeout, retries=1
+    )
+    return ChatSummarizer(settings, transport=transport)
+
+
+async def test_a_huge_chat_answer_is_refused_before_it_is_held_whole() -> None:
+    """Issue 18, unsafe consumption: an endless answer is dropped past a megabyte."""
+    endless = httpx.MockTransport(lambda _: httpx.Response(200, content=_endless(b"x" * 65536, 0)))
+    async with asyncio.timeout(10), _chat(endless) as chat:
+        with pytest.raises(SummarizerFailed):
+            await chat.summarize("service:x", [_input("k", "v")])
+
+
+async def test_a_trickling_summarizer_is_cut_off_at_the_attempts_time() -> None:
+    trickle = httpx.MockTransport(lambda _: httpx.Response(200, content=_endless(b" ", 0.05)))
+    began = time.monotonic()
+    async with asyncio.timeout(10), _chat(trickle, timeout=0.3) as chat:
+        with pytest.raises(SummarizerFailed, match="unreachable or keeps failing"):
+            await chat.summarize("service:x", [_input("k", "v")])
+    assert time.monotonic() - began < 2.0

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import threading
+import time
+from collections.abc import AsyncIterator
 
 import httpx
 import pytest
@@ -151,3 +154,42 @@ async def test_long_texts_are_embedded_off_the_event_loop() -> None:
     main = threading.main_thread().name
     assert seen[0] == main
     assert seen[1] != main
+
+
+async def _endless(chunk: bytes, pause: float) -> AsyncIterator[bytes]:
+    """An answer body that never ends: `chunk` after `pause`, for ever."""
+    while True:
+        await asyncio.sleep(pause)
+        yield chunk
+
+
+def _endless_answer(chunk: bytes, pause: float) -> httpx.MockTransport:
+    return httpx.MockTransport(lambda _: httpx.Response(200, content=_endless(chunk, pause)))
+
+
+async def test_a_huge_answer_is_refused_before_it_is_held_whole() -> None:
+    """Issue 18, unsafe consumption: the body is read in chunks and dropped past what vectors
+    of this dimension can take (before, an endless body was read until memory ran out)."""
+    embedder = _embedder("ollama", _endless_answer(b"9" * 65536, 0))
+    async with asyncio.timeout(10):
+        with pytest.raises(EmbeddingInvalid, match="larger than vectors of 4 dimensions"):
+            await embedder.embed(["a"])
+
+
+async def test_a_trickling_provider_is_cut_off_at_the_attempts_time() -> None:
+    """Issue 18: a provider sending a byte every 50 ms never trips httpx's timeout (it bounds
+    each read); each attempt, body included, now ends within the configured timeout."""
+    embedder = HttpEmbedder(
+        flavor="ollama",
+        base_url="http://embed.local",
+        model="m",
+        dimensions=4,
+        timeout=0.3,
+        retries=1,
+        transport=_endless_answer(b" ", 0.05),
+    )
+    began = time.monotonic()
+    async with asyncio.timeout(10):
+        with pytest.raises(EmbeddingFailed, match="unreachable or keeps failing"):
+            await embedder.embed(["a"])
+    assert time.monotonic() - began < 2.0  # two attempts of 0.3 s and a 0.2 s backoff
