@@ -42,7 +42,7 @@ from service.mcp.tools import IDEMPOTENCY_KEY, TOOLS, Tool, check_every_tool_is_
 from service.memory import idempotency
 from service.observability.logging import request_id_of
 from service.observability.telemetry import span
-from service.problems import InternalError, Problem
+from service.problems import BodyTooLarge, InternalError, Problem
 from service.runtime import Runtime
 from service.settings import ServerSettings
 
@@ -114,6 +114,32 @@ async def _no_stream(send: Any) -> None:
         }
     )
     await send({"type": "http.response.body", "body": _NO_STREAM})
+
+
+def _declared_length(scope: MutableMapping[str, Any]) -> int:
+    """The request's Content-Length, 0 when it has none (or one that is not a number: the
+    server's parser refuses those before the app)."""
+    for name, value in scope.get("headers", ()):
+        if name == b"content-length":
+            return int(value) if value.isdigit() else 0
+    return 0
+
+
+async def _send_problem(send: Any, problem: Problem, path: str) -> None:
+    body = msgspec.json.encode(problem.to_body(instance=path))
+    headers = [(name.lower().encode(), value.encode()) for name, value in problem.headers().items()]
+    await send(
+        {
+            "type": "http.response.start",
+            "status": problem.status,
+            "headers": [
+                (b"content-type", b"application/problem+json"),
+                (b"content-length", str(len(body)).encode()),
+                *headers,
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
 
 
 def carry_context(scope: MutableMapping[str, Any]) -> None:
@@ -243,6 +269,7 @@ class McpEndpoint:
         )
         self.server.middleware = [traced(self.server)]
         limit = runtime.settings.server.max_body_bytes if runtime else ServerSettings.max_body_bytes
+        self._max_body_bytes = limit
         # Stateless: every POST stands alone (any replica can serve it, nothing to expire).
         # JSON responses: the answer is written once the handler returned, i.e. after the
         # tool's call committed; no SSE stream that could start before it.
@@ -258,6 +285,17 @@ class McpEndpoint:
             return
         carry_context(scope)
         exchange = find_call(scope)
+        if _declared_length(scope) > self._max_body_bytes:
+            # Refused from the head, before a byte of the body is read, as REST does; the SDK
+            # would read up to the limit first and answer in plain text.
+            too_large = BodyTooLarge(
+                f"The request body is larger than the server accepts ({self._max_body_bytes} "
+                "bytes). Send smaller tool arguments: long texts as several memories."
+            )
+            if exchange is not None:
+                exchange.facts.reason = too_large.audit_reason()
+            await _send_problem(send, too_large, scope.get("path", "/mcp"))
+            return
         held: list[MutableMapping[str, Any]] = []
 
         async def audited(message: MutableMapping[str, Any]) -> None:

@@ -3,6 +3,7 @@ model can act on (which field or parameter, what is allowed) that changes nothin
 
 from __future__ import annotations
 
+import asyncio
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,11 +12,15 @@ from typing import Any
 import pytest
 import yaml
 
+from service.settings import ServerSettings
 from tests.fixtures.api import Api
-from tests.integration.memory.support import assert_problem, count_memories
+from tests.integration.mcp.support import serving
+from tests.integration.memory.support import assert_problem, count_memories, scalar
 
 VALID = {"subject": "service:billing", "kind": "fact", "key": "strict.input", "value": "v"}
 SEARCH = "/v1/memories/search"
+MAX_BODY = ServerSettings().max_body_bytes
+MODES = ("hybrid", "vector", "lexical")
 NIL = "0190f0e0-aaaa-7bbb-8ccc-123456789abc"
 COMMITTED: dict[str, Any] = yaml.safe_load(
     (Path(__file__).resolve().parents[3] / "openapi.yaml").read_text()
@@ -149,3 +154,93 @@ async def test_every_schema_route_is_described_and_serves_the_committed_spec(api
     assert served_json == committed
     assert served_yaml == committed
     assert (await api.http.get("/schema")).json() == committed
+
+
+@pytest.mark.parametrize("path", ["/v1/memories", "/v1/memories/search", "/mcp"])
+async def test_a_body_declared_too_large_is_refused_before_it_is_read(api: Api, path: str) -> None:
+    """Issue 18, unrestricted consumption: over real HTTP, a request declaring a body over the
+    server's limit is answered 413 at once, from its head alone: the test sends no byte of the
+    body, and the answer still comes (a server reading first would wait for it)."""
+    alice = await api.new_agent("alice")
+    before = await count_memories(api.runtime)
+    async with serving(api.runtime) as base_url:
+        port = int(base_url.rsplit(":", 1)[1])
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        head = (
+            f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+            f"Authorization: Bearer {alice.token}\r\nContent-Type: application/json\r\n"
+            "Accept: application/json, text/event-stream\r\n"
+            f"Content-Length: {100 * MAX_BODY}\r\n\r\n"
+        )
+        writer.write(head.encode())
+        try:
+            async with asyncio.timeout(5):
+                status_line = await reader.readline()
+                headers = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").lower()
+        finally:
+            writer.close()
+    assert status_line.split()[1] == b"413", status_line
+    assert "content-type: application/problem+json" in headers
+    assert await count_memories(api.runtime) == before
+    refusals = await scalar(
+        api.runtime,
+        "SELECT count(*) FROM audit_events WHERE tenant_id = :t AND status = 413 AND "
+        "reason = 'body-too-large'",
+        t=api.tenant_id,
+    )
+    assert refusals == 1  # audited like any call
+
+
+INTERNALS = {
+    "tenant_id",
+    "owner_id",
+    "value_sealed",
+    "value_key",
+    "content_hash",
+    "embedding",
+    "lexical",
+    "lexical_config",
+    "metadata_",
+}
+"""Columns of a stored memory that no answer carries (issue 18, object-property level)."""
+
+
+def _keys_and_vectors(answer: Any, keys: set[str], longest: list[int]) -> None:
+    """Every key anywhere in `answer`, and the length of its longest list of numbers."""
+    if isinstance(answer, dict):
+        keys.update(answer)
+        for item in answer.values():
+            _keys_and_vectors(item, keys, longest)
+    elif isinstance(answer, list):
+        if answer and all(isinstance(x, float | int) for x in answer):
+            longest[0] = max(longest[0], len(answer))
+        for item in answer:
+            _keys_and_vectors(item, keys, longest)
+
+
+async def test_no_answer_carries_a_vector_or_an_internal_column(api: Api) -> None:
+    alice = await api.new_agent("alice")
+    first = await api.remember(alice, key="strict.input", value="the deploy window is tuesday")
+    again = await api.http.post(
+        "/v1/memories",
+        json=VALID | {"key": "strict.input", "value": "the deploy window is wednesday"},
+        headers=alice.headers,
+    )
+    assert again.status_code == 201, again.text
+    answers = [again.json()]
+    for method, path, body in (
+        ("GET", f"/v1/memories/{first['id']}", None),
+        ("GET", "/v1/memories", None),
+        ("GET", f"/v1/memories/{first['id']}/history", None),
+        ("GET", "/v1/memories/counts?group_by=subject", None),
+        *(("POST", SEARCH, {"query": "deploy window", "mode": m}) for m in MODES),
+    ):
+        response = await api.http.request(method, path, json=body, headers=alice.headers)
+        assert response.status_code == 200, (path, response.text)
+        answers.append(response.json())
+    keys: set[str] = set()
+    longest = [0]
+    _keys_and_vectors(answers, keys, longest)
+    assert "value" in keys  # the walk saw memories
+    assert keys & INTERNALS == set()
+    assert longest[0] < 16  # no vector (256 numbers) in any answer

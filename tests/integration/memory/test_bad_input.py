@@ -42,7 +42,7 @@ class Case:
         return self.name
 
 
-CASES = (
+CASES: tuple[Case, ...] = (
     Case(
         "unknown-field",
         "POST",
@@ -376,6 +376,48 @@ CASES = (
 )
 
 
+SERVER_OWNED = {
+    "id": "01a24305-b779-75db-be59-a4b85eaecf1a",
+    "tenant_id": "01a24305-b779-75db-be59-a4b85eaecf1b",
+    "version": 7,
+    "etag": '"x.7"',
+    "status": "live",
+    "provenance": {"writer_id": "01a24305-b779-75db-be59-a4b85eaecf1c"},
+    "writer_id": "01a24305-b779-75db-be59-a4b85eaecf1c",
+    "recorded_at": "2026-01-01T00:00:00Z",
+    "superseded_by": "01a24305-b779-75db-be59-a4b85eaecf1d",
+    "embedding": [0.1] * 256,
+    "embedding_model": "forged/model",
+    "read_requires": ["01a24305-b779-75db-be59-a4b85eaecf1e"],
+}
+"""Fields the server owns (issue 18, object-property level): a request naming one is refused
+and nothing is stored, never silently taken or silently dropped."""
+
+CASES += tuple(
+    Case(
+        f"server-owned-{name}",
+        "POST",
+        "/v1/memories",
+        422,
+        "invalid-request",
+        json=VALID | {name: value},
+        mentions=name,
+    )
+    for name, value in SERVER_OWNED.items()
+)
+CASES += (
+    Case(
+        "query-over-4096-characters",
+        "POST",
+        SEARCH,
+        422,
+        "invalid-request",
+        json={"query": "q" * 4097},
+        field="query",
+    ),
+)
+
+
 @pytest.mark.parametrize("case", CASES, ids=str)
 async def test_bad_input_is_a_specific_problem_and_writes_nothing(api: Api, case: Case) -> None:
     alice = await api.new_agent("alice")
@@ -399,6 +441,25 @@ async def test_bad_input_is_a_specific_problem_and_writes_nothing(api: Api, case
     still = await api.http.get(f"/v1/memories/{existing['id']}", headers=alice.headers)
     assert still.status_code == 200
     assert still.json()["status"] == "live"
+
+
+@pytest.mark.parametrize("name", sorted(SERVER_OWNED))
+async def test_a_server_owned_field_in_a_batch_item_is_refused_and_writes_nothing(
+    api: Api, name: str
+) -> None:
+    alice = await api.new_agent("alice")
+    before = await count_memories(api.runtime)
+    response = await api.http.post(
+        "/v1/memories:batch",
+        json={"items": [VALID | {"key": "bad.input.ok"}, VALID | {name: SERVER_OWNED[name]}]},
+        headers=alice.headers,
+    )
+    problem = assert_problem(response, 422, "batch-rejected")
+    (error,) = problem["errors"]
+    assert error["index"] == 1
+    assert error["type"].endswith("/invalid-request")
+    assert name in error["detail"]
+    assert await count_memories(api.runtime) == before
 
 
 async def test_limits_are_inclusive(api: Api) -> None:
