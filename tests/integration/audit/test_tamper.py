@@ -212,6 +212,54 @@ async def test_verify_names_the_first_tampered_row(
     assert (verdict.first_bad_seq, verdict.reason) == (seq, reason)
 
 
+CHANGED = {
+    "at": "at + interval '1 microsecond'",
+    "request_id": "request_id || 'x'",
+    "trace_id": "coalesce(trace_id, '') || 'x'",
+    "actor": "coalesce(actor, '') || 'x'",
+    "client_id": "coalesce(client_id, '') || 'x'",
+    "delegation": "array_append(delegation, 'user:x')",
+    "token_id": "coalesce(token_id, '') || 'x'",
+    "issuer": "coalesce(issuer, '') || 'x'",
+    "scopes": "array_append(scopes, 'manage:tenant')",
+    "method": "method || 'x'",
+    "route": "route || 'x'",
+    "action": "action || 'x'",
+    "target_ids": "array_append(target_ids, gen_random_uuid())",
+    "result_count": "coalesce(result_count, 0) + 1",
+    "decision": "decision || 'x'",
+    "reason": "reason || 'x'",
+    "status": "status + 1",
+    "latency_us": "latency_us + 1",
+    "policy_version": "coalesce(policy_version, 0) + 1",
+}
+"""Every column the row hash covers (audit_canonical), and a change to it."""
+
+
+@pytest.mark.parametrize("column", sorted(CHANGED))
+async def test_a_change_to_any_column_of_the_first_a_middle_or_the_last_row_is_found(
+    api: Api, owner_engine: AsyncEngine, column: str
+) -> None:
+    """Issue 18: any one column, at either end of the chain or inside it. Each range starts
+    after the damage before it, so each change is found on its own (a row is chained to its
+    stored predecessor)."""
+    tenant = await _chain(api)
+    last = int((await verify_report(api))["to_seq"])
+    middle = last // 2
+    for seq in (1, middle, last):
+        await tamper_as_owner(
+            owner_engine,
+            f"UPDATE audit_events SET {column} = {CHANGED[column]} "
+            "WHERE tenant_id = :tenant AND seq = :seq",
+            tenant=tenant,
+            seq=seq,
+        )
+    for from_seq, bad in ((1, 1), (2, middle), (middle + 1, last)):
+        report = await verify_report(api, from_seq=from_seq, to_seq=last)
+        assert (report["ok"], report["first_bad_seq"]) == (False, bad), (column, report)
+        assert report["reason"] == "row_hash_mismatch"
+
+
 async def test_a_consistent_rewrite_is_caught_by_the_checkpoint(
     api: Api, owner_engine: AsyncEngine, tmp_path: Path
 ) -> None:
