@@ -152,7 +152,10 @@ def create_app(runtime: Runtime | None = None) -> Litestar:
         middleware=[auth],
         before_request=strict_request,
         exception_handlers={Exception: handle_exception},
-        openapi_config=openapi_config(),
+        # Off: no /schema routes (MEMGATE_SCHEMA_DOCS=0, the chart's default).
+        openapi_config=openapi_config()
+        if runtime is None or runtime.settings.server.schema_docs
+        else None,
         request_max_body_size=(
             runtime.settings.server.max_body_bytes if runtime else ServerSettings.max_body_bytes
         ),

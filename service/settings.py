@@ -180,6 +180,9 @@ class ServerSettings:
     allow_plain_http: `MEMGATE_ALLOW_PLAIN_HTTP`; serve plain HTTP on a host that is not
         loopback. Off by default: without TLS `serve` binds loopback only. Set it behind a
         proxy or Ingress that terminates TLS (the Helm chart does).
+    schema_docs: `MEMGATE_SCHEMA_DOCS`; serve the OpenAPI document at `/schema` without a
+        token (1, the default: agents and their developers read it). 0: no `/schema` routes at
+        all (404), as the Helm chart does by default; the document ships as openapi.yaml.
     migrate: `MEMGATE_MIGRATE` (or `memgate serve --no-migrate` for 0); `serve` migrates to
         head first as the owner (1, the default), or (0) runs as the app's login alone: it
         migrates nothing, needs no owner URL, and refuses to start unless the schema is at head
@@ -199,6 +202,7 @@ class ServerSettings:
     tls_key_file: str = ""
     tls: str = ""
     allow_plain_http: bool = False
+    schema_docs: bool = True
     migrate: bool = True
 
     def __post_init__(self) -> None:
@@ -243,6 +247,7 @@ class ServerSettings:
             tls_key_file=_env("MEMGATE_TLS_KEY_FILE", ""),
             tls=tls,
             allow_plain_http=_env_bool("MEMGATE_ALLOW_PLAIN_HTTP", False),
+            schema_docs=_env_bool("MEMGATE_SCHEMA_DOCS", True),
             migrate=_env_bool("MEMGATE_MIGRATE", True),
         )
 

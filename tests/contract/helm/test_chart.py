@@ -325,6 +325,15 @@ def test_the_data_key_store_is_a_value(docs: list[Manifest]) -> None:
         render({**MINIMAL, "config": {"dataKeyStore": "kms; rm -rf /"}})
 
 
+def test_the_schema_docs_are_off_unless_asked_for(docs: list[Manifest]) -> None:
+    """Issue 18, misconfiguration: a deployment serves no /schema unless the operator asks."""
+    assert one(docs, "ConfigMap")["data"]["MEMGATE_SCHEMA_DOCS"] == "0"
+    portal = {**MINIMAL, "config": {"schemaDocs": True}}
+    assert one(manifests(render(portal)), "ConfigMap")["data"]["MEMGATE_SCHEMA_DOCS"] == "1"
+    with pytest.raises(helm.HelmValuesError, match="schemaDocs"):
+        render({**MINIMAL, "config": {"schemaDocs": "yes"}})
+
+
 def test_prepared_statements_can_be_turned_off_for_a_pooler(docs: list[Manifest]) -> None:
     """On by default; `config.dbPreparedStatements: false` for a transaction-mode pooler."""
     assert one(docs, "ConfigMap")["data"]["MEMGATE_DB_PREPARED_STATEMENTS"] == "1"
