@@ -20,6 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from service.mcp.tools import TOOLS
 from service.runtime import Runtime
 from tests.fixtures.canaries import captured_logs
+from tests.fixtures.entrance import bypasses_visible
 from tests.integration.audit.support import PLATFORM
 from tests.integration.mcp.support import mcp_session, serving
 from tests.integration.tenants.leaks import assert_nothing_of, tenant_state
@@ -31,7 +32,7 @@ from tests.integration.tenants.probes import (
     name_of,
     space_id_of,
 )
-from tests.integration.tenants.world import Side, World
+from tests.integration.tenants.world import Side, World, seed_side
 
 NOTE = {"subject": "service:probe", "kind": "fact", "key": "probe", "value": "probe"}
 
@@ -254,3 +255,44 @@ async def test_a_tool_answers_another_tenants_thing_like_nothing(
 def test_every_tool_has_cross_tenant_probes() -> None:
     """A tool added later without a probe here fails."""
     assert {probe.tool for probe in TOOL_PROBES} == set(TOOLS)
+
+
+@pytest.fixture(scope="module")
+async def neighbour(world: World) -> Side:
+    """Another team of the caller's own tenant, seeded alike: its space and memory are not the
+    caller's to see (issue 18: BOLA inside a tenant, for every tool)."""
+    return await seed_side(world.home.api, "near03")
+
+
+async def _memories_state(oracle: AsyncEngine, tenant_id: str) -> tuple[int, str]:
+    with bypasses_visible("test oracle: every memory of the tenant, digested"):
+        async with oracle.connect() as conn:
+            row = (
+                await conn.execute(
+                    text(
+                        "SELECT count(*), md5(coalesce(string_agg(m::text, '|' ORDER BY "
+                        "m::text), '')) FROM memories m WHERE tenant_id = :tenant"
+                    ),
+                    {"tenant": tenant_id},
+                )
+            ).one()
+    return int(row[0]), str(row[1])
+
+
+@pytest.mark.parametrize("probe", TOOL_PROBES, ids=[probe.id for probe in TOOL_PROBES])
+async def test_a_tool_answers_another_teams_thing_in_the_tenant_like_nothing(
+    world: World, neighbour: Side, oracle: AsyncEngine, base_url: str, probe: ToolProbe
+) -> None:
+    home = world.home
+    value = probe.value(neighbour)
+    twin = probe.twin(home, value)
+    before = await _memories_state(oracle, home.tenant_id)
+    async with mcp_session(base_url, home.agent.token) as session:
+        theirs = await session.call_tool(probe.tool, probe.arguments(value))
+        made_up = await session.call_tool(probe.tool, probe.arguments(twin))
+    assert await _memories_state(oracle, home.tenant_id) == before
+    assert _seen(theirs, value) == _seen(made_up, twin)
+    [content] = theirs.content
+    assert content.type == "text"
+    leaks = [f"canary-{neighbour.tag}-content", neighbour.memory["id"], neighbour.space["id"]]
+    assert_nothing_of(content.text, [thing for thing in leaks if thing != value], "the result")
