@@ -4,8 +4,8 @@ time and in size before it is parsed.
 
 - Each attempt, body included, ends within `attempt_seconds` (httpx's own timeout bounds each
   read, so a provider trickling a byte at a time would hold the call for ever).
-- The body is read in chunks and dropped past `max_bytes` (a huge answer would be held in
-  memory whole, then parsed).
+- The body is asked for uncompressed, read in chunks and dropped past `max_bytes` (a huge
+  answer would be held in memory whole, then parsed); a compressed one is refused.
 - Transient failures (no answer, 408, 429, 5xx, an attempt out of time) are retried
   `retries` times with a short backoff; any other error status is not.
 
@@ -22,6 +22,7 @@ from typing import Any
 import httpx
 
 TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+IDENTITY = frozenset({"identity", ""})
 
 
 class ProviderRefused(Exception):
@@ -37,11 +38,12 @@ class ProviderUnreachable(Exception):
 
 
 class ProviderAnswerInvalid(Exception):
-    """The answer is not JSON, or larger than the caller accepts (`too_large`)."""
+    """The answer is unusable: `reason` is `not-json`, `too-large` (larger than the caller
+    accepts) or `compressed` (memgate asked for an uncompressed answer)."""
 
-    def __init__(self, *, too_large: bool) -> None:
-        super().__init__("too large" if too_large else "not JSON")
-        self.too_large = too_large
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 async def post_json(
@@ -66,7 +68,7 @@ async def post_json(
             try:
                 return json.loads(body)
             except ValueError:
-                raise ProviderAnswerInvalid(too_large=False) from None
+                raise ProviderAnswerInvalid("not-json") from None
         if attempt < retries:
             await asyncio.sleep(0.2 * 2**attempt)
     raise ProviderUnreachable
@@ -75,12 +77,17 @@ async def post_json(
 async def _post_once(
     client: httpx.AsyncClient, path: str, payload: dict[str, Any], max_bytes: int
 ) -> tuple[int, bytes]:
-    async with client.stream("POST", path, json=payload) as answer:
+    # Uncompressed only: httpx would inflate a compressed body chunk by chunk, and one 64 KiB
+    # chunk of a gzip bomb inflates to ~64 MiB before any size check could see it.
+    headers = {"Accept-Encoding": "identity"}
+    async with client.stream("POST", path, json=payload, headers=headers) as answer:
         if answer.status_code >= 400:
             return answer.status_code, b""  # an error's body is never read
+        if answer.headers.get("content-encoding", "identity").lower() not in IDENTITY:
+            raise ProviderAnswerInvalid("compressed")
         body = bytearray()
-        async for chunk in answer.aiter_bytes():
+        async for chunk in answer.aiter_bytes():  # identity: the bytes as they came
             body += chunk
             if len(body) > max_bytes:
-                raise ProviderAnswerInvalid(too_large=True)
+                raise ProviderAnswerInvalid("too-large")
         return answer.status_code, bytes(body)

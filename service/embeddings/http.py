@@ -23,6 +23,19 @@ ENVELOPE_BYTES = 64 * 1024
 """Room for the answer's own fields (model names, usage counts) around the vectors."""
 
 
+_UNUSABLE = {
+    "not-json": "The embedding provider returned non-JSON.",
+    "too-large": (
+        "The embedding provider's answer is larger than vectors of {dims} dimensions can be. "
+        "Nothing was written."
+    ),
+    "compressed": (
+        "The embedding provider answered compressed, though memgate asked for an "
+        "uncompressed answer (Accept-Encoding: identity). Nothing was written."
+    ),
+}
+
+
 def answer_bytes_max(texts: int, dimensions: int) -> int:
     """The largest answer a provider can honestly give for `texts` vectors of `dimensions`."""
     return ENVELOPE_BYTES + texts * dimensions * BYTES_PER_NUMBER
@@ -89,12 +102,9 @@ class HttpEmbedder:
                 f"The embedding provider refused the request (HTTP {refused.status})."
             ) from None
         except ProviderAnswerInvalid as invalid:
-            if invalid.too_large:
-                raise EmbeddingInvalid(
-                    "The embedding provider's answer is larger than vectors of "
-                    f"{self._dimensions} dimensions can be. Nothing was written."
-                ) from None
-            raise EmbeddingInvalid("The embedding provider returned non-JSON.") from None
+            raise EmbeddingInvalid(
+                _UNUSABLE[invalid.reason].format(dims=self._dimensions)
+            ) from None
         except ProviderUnreachable:
             raise EmbeddingFailed(
                 "The embedding provider is unreachable or keeps failing."

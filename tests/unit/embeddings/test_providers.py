@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import math
 import threading
@@ -193,3 +194,18 @@ async def test_a_trickling_provider_is_cut_off_at_the_attempts_time() -> None:
         with pytest.raises(EmbeddingFailed, match="unreachable or keeps failing"):
             await embedder.embed(["a"])
     assert time.monotonic() - began < 2.0  # two attempts of 0.3 s and a 0.2 s backoff
+
+
+async def test_a_compressed_answer_is_refused_unread() -> None:
+    """Issue 18: memgate asks for an uncompressed answer; a gzip body (a bomb inflates a
+    thousandfold, chunk by chunk, before any size check) is refused, not inflated."""
+    bomb = gzip.compress(b"0" * 10_000_000)
+    seen: list[str] = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        seen.append(request.headers.get("accept-encoding", ""))
+        return httpx.Response(200, content=bomb, headers={"Content-Encoding": "gzip"})
+
+    with pytest.raises(EmbeddingInvalid, match="answered compressed"):
+        await _embedder("ollama", httpx.MockTransport(handle)).embed(["a"])
+    assert seen == ["identity"]
