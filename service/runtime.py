@@ -187,6 +187,7 @@ async def build_runtime(
         pool_size=settings.database.pool_size,
         role=settings.database.app_role,
         prepared=settings.database.prepared_statements,
+        statement_timeout_ms=settings.database.statement_timeout_ms,
     )
     instrument_engine(engine)
     sessionmaker = create_sessionmaker(engine)
@@ -294,6 +295,7 @@ async def build_runtime(
                 pool_size=GROUP_COMMIT_POOL_SIZE,
                 role=settings.database.app_role,
                 prepared=settings.database.prepared_statements,
+                statement_timeout_ms=settings.database.statement_timeout_ms,
             )
         ),
         quotas=Quotas(
@@ -303,6 +305,7 @@ async def build_runtime(
                 max_overflow=0,
                 role=settings.database.app_role,
                 prepared=settings.database.prepared_statements,
+                statement_timeout_ms=settings.database.statement_timeout_ms,
             ),
             settings.quotas,
         ),
@@ -329,6 +332,7 @@ def _read_replica(settings: Settings, database_url: str) -> ReadReplica | None:
         role=database.app_role,
         connect_timeout=CONNECT_TIMEOUT_SECONDS,
         prepared=database.prepared_statements,
+        statement_timeout_ms=database.statement_timeout_ms,
     )
     instrument_engine(engine)
     probe = create_engine(database_url, pool_size=REPLICA_SAMPLER_CONNECTIONS, max_overflow=0)

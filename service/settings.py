@@ -110,6 +110,11 @@ class DatabaseSettings:
         connection has sent five times is prepared on the server, so its parse and plan are
         not paid again (docs/architecture.md, "Prepared statements"). Off for a pooler in
         transaction mode that cannot carry prepared statements.
+    statement_timeout_ms: `MEMGATE_DB_STATEMENT_TIMEOUT_MS` (default 60000; 0: none); the
+        `statement_timeout` of every app connection, so no statement (a write waiting for a
+        lock a stuck transaction holds, a runaway admin read) holds a connection for ever.
+        Reads of memories run under their own, shorter budget
+        (`MEMGATE_READ_STATEMENT_TIMEOUT_MS`).
     """
 
     url: str = ""
@@ -120,8 +125,11 @@ class DatabaseSettings:
     read_url: str = ""
     read_replica_max_lag_ms: int = READ_REPLICA_DEFAULT_LAG_MS
     prepared_statements: bool = True
+    statement_timeout_ms: int = 60_000
 
     def __post_init__(self) -> None:
+        if self.statement_timeout_ms < 0:
+            raise ValueError("MEMGATE_DB_STATEMENT_TIMEOUT_MS may not be negative (0: none)")
         low, high = READ_REPLICA_LAG_RANGE_MS
         if not low <= self.read_replica_max_lag_ms <= high:
             raise ValueError(
@@ -147,6 +155,7 @@ class DatabaseSettings:
             url=_env("DATABASE_URL", ""),
             migration_url=_env("MEMGATE_MIGRATION_DATABASE_URL", ""),
             data_dir=Path(_env("MEMGATE_DATA_DIR", platformdirs.user_data_dir("memgate"))),
+            statement_timeout_ms=_env_int("MEMGATE_DB_STATEMENT_TIMEOUT_MS", 60_000),
             pool_size=_env_int("MEMGATE_DB_POOL_SIZE", 10),
             app_role=_env("MEMGATE_DB_APP_ROLE", "memgate_app"),
             read_url=_env("MEMGATE_READ_DATABASE_URL", "").strip(),

@@ -47,6 +47,7 @@ def create_engine(
     ping_after_idle: float = PING_AFTER_IDLE_SECONDS,
     connect_timeout: int | None = None,
     prepared: bool = True,
+    statement_timeout_ms: int = 0,
 ) -> AsyncEngine:
     """The app's engine. With `role`, every new connection switches to that role first, so the
     app works with the non-owner role's privileges whoever it logs in as. The overflow is the
@@ -54,7 +55,8 @@ def create_engine(
     `ping_after_idle` seconds is pinged before use (`_ping_when_idle`). `connect_timeout`
     (seconds) overrides the URL's, for a pool that must fail fast (the read replica's).
     `prepared`: statements sent often are prepared on the server (`PREPARE_THRESHOLD`); off
-    for a pooler that cannot carry them (`MEMGATE_DB_PREPARED_STATEMENTS`)."""
+    for a pooler that cannot carry them (`MEMGATE_DB_PREPARED_STATEMENTS`).
+    `statement_timeout_ms`: the connections' `statement_timeout` (0: the server's)."""
     engine = create_async_engine(
         async_url(url),
         pool_size=pool_size,
@@ -65,8 +67,8 @@ def create_engine(
     _ping_when_idle(engine, ping_after_idle)
     if prepared:
         _bound_prepared_statements(engine)
-    if role:
-        _switch_role_on_connect(engine, role)
+    if role or statement_timeout_ms:
+        _session_defaults_on_connect(engine, role, statement_timeout_ms)
     return engine
 
 
@@ -104,17 +106,21 @@ def _bound_prepared_statements(engine: AsyncEngine) -> None:
         driver.prepared_max = PREPARED_MAX
 
 
-def _switch_role_on_connect(engine: AsyncEngine, role: str) -> None:
-    if not role.replace("_", "").isalnum():
+def _session_defaults_on_connect(engine: AsyncEngine, role: str | None, timeout_ms: int) -> None:
+    if role and not role.replace("_", "").isalnum():
         raise ValueError(f"MEMGATE_DB_APP_ROLE must be a plain identifier, not {role!r}")
+    settings = ([f'SET ROLE "{role}"'] if role else []) + (
+        [f"SET statement_timeout = {int(timeout_ms)}"] if timeout_ms else []
+    )
 
     @event.listens_for(engine.sync_engine, "connect")
-    def set_role(dbapi_connection: Any, _record: Any) -> None:
+    def set_defaults(dbapi_connection: Any, _record: Any) -> None:
         # Outside a transaction: a SET inside one would be undone by the pool's first rollback.
         autocommit = dbapi_connection.autocommit
         dbapi_connection.autocommit = True
         cursor = dbapi_connection.cursor()
-        cursor.execute(f'SET ROLE "{role}"')
+        for statement in settings:
+            cursor.execute(statement)
         cursor.close()
         dbapi_connection.autocommit = autocommit
 

@@ -30,6 +30,7 @@ from service.problems import (
 )
 
 PROBLEM_JSON = "application/problem+json"
+QUERY_CANCELED = "57014"
 _log = structlog.get_logger("memgate.errors")
 
 
@@ -95,6 +96,14 @@ def to_problem(exc: Exception) -> Problem:
         return ServiceUnavailable(
             "The database connection was lost (a restart or failover). Retry the request; "
             "retry a write with the same Idempotency-Key."
+        )
+    if isinstance(exc, DBAPIError) and getattr(exc.orig, "sqlstate", None) == QUERY_CANCELED:
+        # MEMGATE_DB_STATEMENT_TIMEOUT_MS ended a statement (most often a wait for a lock a
+        # stuck transaction holds); the transaction was rolled back. Reads of memories have
+        # their own budget and answer a problem of their own before this.
+        return ServiceUnavailable(
+            "A database statement took longer than the server allows and was stopped; "
+            "nothing was changed. Retry; retry a write with the same Idempotency-Key."
         )
     if isinstance(exc, RecursionError):
         return MalformedRequest("The JSON body is nested too deeply.")

@@ -32,10 +32,12 @@ from service.memory.problems import MemoryNotFound
 from service.problems import ServiceUnavailable
 from service.runtime import build_runtime
 from service.settings import Settings
+from tests.conftest import PUBLIC_URL
 from tests.fixtures.api import Api
 from tests.fixtures.canaries import captured_logs
 from tests.fixtures.postgres import app_login
 from tests.integration.audit.support import audit_rows, owner_execute
+from tests.integration.memory.support import scalar
 
 
 @contextmanager
@@ -441,3 +443,49 @@ async def test_after_a_failover_one_call_answers_503_and_the_next_are_served(
     assert "Retry" in first.json()["detail"]
     assert [r.status_code for r in rest] == [200, 200, 200]
     assert all(len(r.json()["hits"]) == 1 for r in rest)
+
+
+STUCK_NOTE = {"subject": "service:billing", "kind": "fact", "value": "v", "new_key": True}
+
+
+async def test_a_write_stuck_behind_a_lock_is_stopped_by_the_statement_timeout(
+    settings: Settings, embedder: Embedder, owner_engine: AsyncEngine
+) -> None:
+    """Issue 18: every app connection has a statement_timeout (MEMGATE_DB_STATEMENT_TIMEOUT_MS).
+    A write waiting for the tenant's audit lock, which a stuck session holds, is stopped and
+    answered 503 problem+json, keeping nothing; before, it waited as long as the lock was held
+    (here: for ever)."""
+    bounded = replace(settings, database=replace(settings.database, statement_timeout_ms=300))
+    runtime = await build_runtime(
+        bounded, app_login(bounded.database.url), embedder, owner_url=bounded.database.url
+    )
+    try:
+        async with AsyncTestClient(app=create_app(runtime), base_url=PUBLIC_URL) as http:
+            api = await Api.bootstrap(http, runtime)
+            alice = await api.new_agent("alice")
+            lock = "SELECT pg_advisory_lock(hashtextextended('memgate.audit:' || :t, 0))"
+            async with owner_engine.connect() as stuck:
+                await stuck.execute(text(lock), {"t": api.tenant_id})
+                async with asyncio.timeout(10):
+                    answer = await http.post(
+                        "/v1/memories",
+                        json={**STUCK_NOTE, "key": "stuck.write"},
+                        headers=alice.headers,
+                    )
+                await stuck.execute(text("SELECT pg_advisory_unlock_all()"))
+            assert answer.status_code == 503, answer.text
+            assert answer.headers["content-type"].startswith("application/problem+json")
+            assert "Retry-After" in answer.headers
+            kept = await scalar(
+                runtime,
+                "SELECT count(*) FROM memories WHERE tenant_id = :t AND key = 'stuck.write'",
+                t=api.tenant_id,
+            )
+            assert kept == 0
+            # The lock gone, the same write goes through on the same pool.
+            again = await http.post(
+                "/v1/memories", json={**STUCK_NOTE, "key": "stuck.write"}, headers=alice.headers
+            )
+            assert again.status_code == 201, again.text
+    finally:
+        await runtime.close()
