@@ -323,18 +323,27 @@ def platform_token(server: Served) -> str:
     ).stdout.strip()
 
 
-def agent_token(server: Served) -> str:
+def agent_credentials(server: Served) -> ClientCredentials:
     """README "First steps" through the typed client: admin token, a principal, an agent
-    client, the agent's token."""
+    client; its credentials."""
     with Memgate(server.url, token=platform_token(server)) as admin:
         user = admin.create_principal(display_name="alice")
         registered = admin.create_client(
             principal_id=user["id"], name="load", scopes=SCOPES.split()
         )
     client = registered["client"]
-    agent = ClientCredentials(client["client_id"], registered["client_secret"], SCOPES)
-    with Memgate(server.url, credentials=agent) as mg:
-        return mg.issue_token()["access_token"]
+    return ClientCredentials(client["client_id"], registered["client_secret"], SCOPES)
+
+
+def issue_token(url: str, credentials: ClientCredentials) -> str:
+    with Memgate(url, credentials=credentials) as mg:
+        token: str = mg.issue_token()["access_token"]
+        return token
+
+
+def agent_token(server: Served) -> str:
+    """The agent's token (README "First steps")."""
+    return issue_token(server.url, agent_credentials(server))
 
 
 # --- the run ---------------------------------------------------------------------------------

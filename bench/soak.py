@@ -5,7 +5,8 @@
 
 It starts `memgate serve` (bench/http_load.py `served`: a fresh embedded PostgreSQL, audit on),
 follows the README's first steps to an agent token, writes `--memories` memories, then sends
-`--rate` requests per second for `--minutes` from a separate process: searches (k=10, varied
+`--rate` requests per second for `--minutes` from a separate process (which gets a fresh
+token every two minutes, as a client would: tokens live minutes): searches (k=10, varied
 queries), writes (distinct keys), gets of a written memory and list pages, in the proportions
 of `MIX`. The rate is fixed (open loop): each request has a due time, and its latency is
 counted from that time, so a server that falls behind shows it in the percentiles instead of
@@ -37,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from memgate_client import ClientCredentials
 
 from bench.corpus import sentences
 from bench.http_load import (
@@ -47,7 +49,8 @@ from bench.http_load import (
     Served,
     _answer,
     _percentile,
-    agent_token,
+    agent_credentials,
+    issue_token,
     run_level,
     served,
     tree_pids,
@@ -59,13 +62,22 @@ CONNECTIONS = 16
 """Keep-alive connections of the load process; enough that the rate never waits for one."""
 
 
+TOKEN_REFRESH_SECONDS = 120.0
+"""How often the load process gets a fresh token (they live minutes; a soak runs longer)."""
+
+
 @dataclass(frozen=True)
 class Plan:
     port: int
-    token: str
+    credentials: ClientCredentials
     rate: float
     seconds: float
     memory_ids: tuple[str, ...]
+    refresh_seconds: float = TOKEN_REFRESH_SECONDS
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
 
 
 @dataclass
@@ -79,7 +91,7 @@ def _routes() -> list[str]:
     return [route for route, weight in MIX for _ in range(weight)]
 
 
-def _request(plan: Plan, route: str, i: int, texts: list[str]) -> bytes:
+def _request(plan: Plan, token: str, route: str, i: int, texts: list[str]) -> bytes:
     method, path, body = "GET", "", b""
     if route == "search":
         method, path = "POST", "/v1/memories/search"
@@ -100,7 +112,7 @@ def _request(plan: Plan, route: str, i: int, texts: list[str]) -> bytes:
         path = "/v1/memories?limit=20"
     head = (
         f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{plan.port}\r\n"
-        f"Authorization: Bearer {plan.token}\r\nContent-Type: application/json\r\n"
+        f"Authorization: Bearer {token}\r\nContent-Type: application/json\r\n"
         f"Content-Length: {len(body)}\r\n\r\n"
     )
     return head.encode() + body
@@ -114,6 +126,13 @@ async def _drive(plan: Plan) -> Outcome:
     total = int(plan.rate * plan.seconds)
     start = loop.time() + 0.1
     issued = 0
+    token = await asyncio.to_thread(issue_token, plan.url, plan.credentials)
+
+    async def refresh() -> None:
+        nonlocal token
+        while True:
+            await asyncio.sleep(plan.refresh_seconds)
+            token = await asyncio.to_thread(issue_token, plan.url, plan.credentials)
 
     async def connection() -> None:
         nonlocal issued
@@ -124,7 +143,7 @@ async def _drive(plan: Plan) -> Outcome:
             await asyncio.sleep(max(0.0, due - loop.time()))
             route = routes[i % len(routes)]
             try:
-                streams[1].write(_request(plan, route, i, texts))
+                streams[1].write(_request(plan, token, route, i, texts))
                 status = await asyncio.wait_for(_answer(streams[0]), REQUEST_SECONDS)
             except (OSError, asyncio.IncompleteReadError, TimeoutError) as failed:
                 outcome.errors[route] += 1
@@ -138,7 +157,11 @@ async def _drive(plan: Plan) -> Outcome:
                 outcome.errors[route] += 1
         streams[1].close()
 
-    await asyncio.gather(*(connection() for _ in range(CONNECTIONS)))
+    refreshing = asyncio.create_task(refresh())
+    try:
+        await asyncio.gather(*(connection() for _ in range(CONNECTIONS)))
+    finally:
+        refreshing.cancel()
     return outcome
 
 
@@ -223,10 +246,12 @@ def soak(
     workers: int = 2,
     memories: int = 300,
     sample_seconds: float = 10.0,
+    refresh_seconds: float = TOKEN_REFRESH_SECONDS,
     checkout: Path = HERE,
 ) -> Report:
     with served(checkout, workers) as server:
-        token = agent_token(server)
+        credentials = agent_credentials(server)
+        token = issue_token(server.url, credentials)
         seeding = Level(server.port, token, "write", 8, memories, START_SECONDS, seed=0)
         run_level(seeding)
         listed = httpx.get(
@@ -237,7 +262,7 @@ def soak(
         )
         listed.raise_for_status()
         ids = tuple(item["id"] for item in listed.json()["items"])
-        plan = Plan(server.port, token, rate, minutes * 60, ids)
+        plan = Plan(server.port, credentials, rate, minutes * 60, ids, refresh_seconds)
         outcome, samples = _run_sampled(server, plan, sample_seconds)
     return _report(plan, outcome, samples)
 

@@ -11,7 +11,8 @@ RATE = 20.0
 
 
 def test_a_short_soak_answers_every_request_of_every_route() -> None:
-    report = soak(SECONDS / 60, RATE, workers=2, memories=100, sample_seconds=2)
+    # A fresh token every 5 s: the switch from one to the next happens under load too.
+    report = soak(SECONDS / 60, RATE, workers=2, memories=100, sample_seconds=2, refresh_seconds=5)
     assert [route.route for route in report.routes] == [route for route, _ in MIX]
     assert sum(route.requests for route in report.routes) == int(SECONDS * RATE)
     for route in report.routes:
