@@ -67,7 +67,7 @@ async def post_json(
                 raise ProviderRefused(status)
             try:
                 return json.loads(body)
-            except ValueError:
+            except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth
                 raise ProviderAnswerInvalid("not-json") from None
         if attempt < retries:
             await asyncio.sleep(0.2 * 2**attempt)

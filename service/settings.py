@@ -449,7 +449,7 @@ class EmbeddingSettings:
     dimensions: `MEMGATE_EMBEDDING_DIMENSIONS`; must equal the schema's vector size (256).
     base_url / api_key: `MEMGATE_EMBEDDING_URL` / `MEMGATE_EMBEDDING_API_KEY` for HTTP providers.
     timeout_seconds / retries: `MEMGATE_EMBEDDING_TIMEOUT` (per attempt, the whole answer
-        included) / `MEMGATE_EMBEDDING_RETRIES`.
+        included; above 0, at most 60) / `MEMGATE_EMBEDDING_RETRIES` (0..5).
     """
 
     provider: str = "wordllama"
@@ -459,6 +459,15 @@ class EmbeddingSettings:
     api_key: str = ""
     timeout_seconds: float = 10.0
     retries: int = 2
+
+    def __post_init__(self) -> None:
+        # On every write and search: a hostile or stuck provider holds a call for at most
+        # (retries + 1) x timeout, plus backoffs.
+        if not 0 <= self.retries <= 5 or not 0 < self.timeout_seconds <= 60:
+            raise ValueError(
+                "MEMGATE_EMBEDDING_RETRIES must be 0..5 and MEMGATE_EMBEDDING_TIMEOUT above 0 "
+                "and at most 60 seconds"
+            )
 
     @classmethod
     def from_env(cls) -> EmbeddingSettings:
@@ -487,7 +496,8 @@ class SummarizerSettings:
     url: `MEMGATE_SUMMARIZER_URL`; the endpoint's base URL (required for a model).
     model: `MEMGATE_SUMMARIZER_MODEL`; the model name sent to the endpoint.
     api_key: `MEMGATE_SUMMARIZER_API_KEY`; sent as a bearer token when set.
-    timeout_seconds: `MEMGATE_SUMMARIZER_TIMEOUT`; per attempt, the whole answer included.
+    timeout_seconds: `MEMGATE_SUMMARIZER_TIMEOUT`; per attempt, the whole answer included
+        (above 0, at most 600).
     retries: `MEMGATE_SUMMARIZER_RETRIES`; further attempts on transient failures (0..5).
     max_chars: `MEMGATE_SUMMARIZER_MAX_CHARS`; the longest summary kept (a longer answer is
         cut; also capped by `MEMGATE_MAX_VALUE_CHARS`).
@@ -511,8 +521,10 @@ class SummarizerSettings:
             )
         if self.kind != "extractive" and not (self.url and self.model):
             raise ValueError("MEMGATE_SUMMARIZER_URL and _MODEL are required for a model")
-        if not 0 <= self.retries <= 5 or self.timeout_seconds <= 0:
-            raise ValueError("MEMGATE_SUMMARIZER_RETRIES must be 0..5 and _TIMEOUT above 0")
+        if not 0 <= self.retries <= 5 or not 0 < self.timeout_seconds <= 600:
+            raise ValueError(
+                "MEMGATE_SUMMARIZER_RETRIES must be 0..5 and _TIMEOUT above 0 and at most 600"
+            )
         if not 1 <= self.max_chars <= 16_384 or not 1 <= self.max_inputs <= 1_000:
             raise ValueError("MEMGATE_SUMMARIZER_MAX_CHARS 1..16384, _MAX_INPUTS 1..1000")
 

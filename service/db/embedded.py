@@ -170,11 +170,14 @@ def _postmaster_pid(pgdata: Path) -> int | None:
 
 
 def _is_zombie(pid: int) -> bool:
+    """psutil (the wheel's own dependency, and what it asks whether the server runs): /proc on
+    Linux, the kernel's process table elsewhere (macOS included)."""
+    import psutil
+
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False  # gone (or no /proc: not Linux, where the wheel's check is enough)
-    return stat.rsplit(")", 1)[1].split()[0] == "Z"
+        return bool(psutil.Process(pid).status() == psutil.STATUS_ZOMBIE)
+    except psutil.NoSuchProcess:
+        return False
 
 
 def _stop_cluster(server: Any) -> None:

@@ -116,6 +116,10 @@ async def _no_stream(send: Any) -> None:
     await send({"type": "http.response.body", "body": _NO_STREAM})
 
 
+class _TooLarge(Exception):
+    """The body passed the limit while it was read (no Content-Length told it before)."""
+
+
 def _declared_length(scope: MutableMapping[str, Any]) -> int:
     """The request's Content-Length, 0 when it has none (or one that is not a number: the
     server's parser refuses those before the app)."""
@@ -288,14 +292,20 @@ class McpEndpoint:
         if _declared_length(scope) > self._max_body_bytes:
             # Refused from the head, before a byte of the body is read, as REST does; the SDK
             # would read up to the limit first and answer in plain text.
-            too_large = BodyTooLarge(
-                f"The request body is larger than the server accepts ({self._max_body_bytes} "
-                "bytes). Send smaller tool arguments: long texts as several memories."
-            )
-            if exchange is not None:
-                exchange.facts.reason = too_large.audit_reason()
-            await _send_problem(send, too_large, scope.get("path", "/mcp"))
+            await self._refuse_too_large(scope, send, exchange)
             return
+        received = 0
+
+        async def counted() -> Any:
+            # A body without a Content-Length (chunked) is counted as it comes, and refused as
+            # soon as it passes the limit, before the SDK's own plain-text limit answers.
+            nonlocal received
+            message = await receive()
+            received += len(message.get("body", b""))
+            if received > self._max_body_bytes:
+                raise _TooLarge
+            return message
+
         held: list[MutableMapping[str, Any]] = []
 
         async def audited(message: MutableMapping[str, Any]) -> None:
@@ -311,9 +321,24 @@ class McpEndpoint:
                 await send(start)
             await send(message)
 
-        await self.manager.handle_request(scope, receive, audited)
-        if held:
+        too_large = False
+        try:
+            await self.manager.handle_request(scope, counted, audited)
+        except* _TooLarge:
+            too_large = True
+        if too_large:
+            await self._refuse_too_large(scope, send, exchange)
+        elif held:
             await send(held.pop())
+
+    async def _refuse_too_large(self, scope: Any, send: Any, exchange: Call | None) -> None:
+        too_large = BodyTooLarge(
+            f"The request body is larger than the server accepts ({self._max_body_bytes} "
+            "bytes). Send smaller tool arguments: long texts as several memories."
+        )
+        if exchange is not None:
+            exchange.facts.reason = too_large.audit_reason()
+        await _send_problem(send, too_large, scope.get("path", "/mcp"))
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:

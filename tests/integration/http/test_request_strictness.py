@@ -244,3 +244,41 @@ async def test_no_answer_carries_a_vector_or_an_internal_column(api: Api) -> Non
     assert "value" in keys  # the walk saw memories
     assert keys & INTERNALS == set()
     assert longest[0] < 16  # no vector (256 numbers) in any answer
+
+
+async def test_a_chunked_mcp_body_past_the_limit_is_a_problem_and_audited(api: Api) -> None:
+    """Red team (issue 18): with no Content-Length (chunked), /mcp read up to the limit and
+    the MCP SDK answered 413 in plain text, audited without its reason. The body is now
+    counted as it comes and refused with the same problem as a declared one."""
+    alice = await api.new_agent("alice")
+    chunk = b"x" * 65536
+    async with serving(api.runtime) as base_url:
+        port = int(base_url.rsplit(":", 1)[1])
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(
+            (
+                f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+                f"Authorization: Bearer {alice.token}\r\nContent-Type: application/json\r\n"
+                "Accept: application/json, text/event-stream\r\n"
+                "Transfer-Encoding: chunked\r\n\r\n"
+            ).encode()
+        )
+        try:
+            async with asyncio.timeout(10):
+                for _ in range(MAX_BODY // len(chunk) + 2):
+                    writer.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
+                    await writer.drain()
+                writer.write(b"0\r\n\r\n")
+                status_line = await reader.readline()
+                headers = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").lower()
+        finally:
+            writer.close()
+    assert status_line.split()[1] == b"413", status_line
+    assert "content-type: application/problem+json" in headers
+    refusals = await scalar(
+        api.runtime,
+        "SELECT count(*) FROM audit_events WHERE tenant_id = :t AND status = 413 AND "
+        "reason = 'body-too-large'",
+        t=api.tenant_id,
+    )
+    assert refusals == 1

@@ -17,6 +17,7 @@ from service.embeddings import EmbeddingFailed, EmbeddingInvalid
 from service.embeddings.http import HttpEmbedder
 from service.embeddings.wordllama import INLINE_CHARS, WordLlamaEmbedder
 from service.runtime import check_embedder
+from service.settings import EmbeddingSettings, SummarizerSettings
 
 
 def _embedder(flavor: str, handler: httpx.MockTransport, dims: int = 4) -> HttpEmbedder:
@@ -209,3 +210,26 @@ async def test_a_compressed_answer_is_refused_unread() -> None:
     with pytest.raises(EmbeddingInvalid, match="answered compressed"):
         await _embedder("ollama", httpx.MockTransport(handle)).embed(["a"])
     assert seen == ["identity"]
+
+
+async def test_a_deeply_nested_answer_is_refused_not_a_500() -> None:
+    """Red team (issue 18): `[` x 60,000 fits the size bound and blew the JSON parser's
+    recursion limit: a RecursionError, so a write or search answered 500."""
+    nested = httpx.MockTransport(lambda _: httpx.Response(200, content=b"[" * 60_000))
+    with pytest.raises(EmbeddingInvalid, match="non-JSON"):
+        await _embedder("ollama", nested, dims=256).embed(["a"])
+
+
+@pytest.mark.parametrize(
+    ("timeout", "retries"), [(math.inf, 2), (0.0, 2), (61.0, 2), (10.0, 6), (10.0, -1)]
+)
+def test_provider_settings_bound_how_long_a_call_can_wait(timeout: float, retries: int) -> None:
+    """Red team (issue 18): MEMGATE_EMBEDDING_TIMEOUT=inf (or a large retry count) was taken,
+    and a stuck provider could hold every write and search that long. The summarizer's
+    timeout had no upper bound either."""
+    with pytest.raises(ValueError, match="MEMGATE_EMBEDDING"):
+        EmbeddingSettings(timeout_seconds=timeout, retries=retries)
+    with pytest.raises(ValueError, match="MEMGATE_SUMMARIZER"):
+        SummarizerSettings(
+            timeout_seconds=math.inf if timeout == 61.0 else timeout, retries=retries
+        )
