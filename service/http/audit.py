@@ -22,7 +22,7 @@ from service.calls import Call
 from service.observability.logging import request_id_of
 from service.observability.telemetry import http_method, route_of
 from service.operations import Operation
-from service.problems import ServiceUnavailable
+from service.problems import Problem, ServiceUnavailable
 
 if TYPE_CHECKING:
     from service.runtime import Runtime
@@ -134,8 +134,15 @@ def receipt_header(call: Call, scope: MutableMapping[str, Any]) -> tuple[bytes, 
     return b"audit-receipt", f"seq={seq}; hash={row_hash.hex()}".encode()
 
 
-async def _send_unavailable(send: Send, path: str, problem: ServiceUnavailable) -> None:
+async def send_problem(
+    send: Send, problem: Problem, path: str, *extra: tuple[bytes, bytes]
+) -> None:
+    """A problem answered on raw ASGI, by the adapters that answer outside Litestar's handlers
+    (a call that could not be recorded, /mcp's body limit)."""
     body = json.dumps(problem.to_body(instance=path)).encode()
+    declared = [
+        (name.lower().encode(), value.encode()) for name, value in problem.headers().items()
+    ]
     await send(
         {
             "type": "http.response.start",
@@ -143,8 +150,9 @@ async def _send_unavailable(send: Send, path: str, problem: ServiceUnavailable) 
             "headers": [
                 (b"content-type", b"application/problem+json"),
                 (b"content-length", str(len(body)).encode()),
-                (b"retry-after", b"1"),
                 (b"cache-control", b"no-store"),
+                *declared,
+                *extra,
             ],
         }
     )
@@ -173,7 +181,7 @@ def http_calls(app: ASGIApp, runtime: Runtime) -> ASGIApp:
                 problem = await finish(message["status"])
                 if problem is not None:
                     replaced = True
-                    await _send_unavailable(send, scope.get("path", ""), problem)
+                    await send_problem(send, problem, scope.get("path", ""), (b"retry-after", b"1"))
                     return
                 receipt = receipt_header(call, mutable)
                 if receipt is not None:

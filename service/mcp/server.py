@@ -36,7 +36,7 @@ from opentelemetry import context as otel_context
 
 from service.auth.scopes import insufficient_scope
 from service.calls import Call, open_call
-from service.http.audit import find_call
+from service.http.audit import find_call, send_problem
 from service.mcp.arguments import decode
 from service.mcp.tools import IDEMPOTENCY_KEY, TOOLS, Tool, check_every_tool_is_an_operation
 from service.memory import idempotency
@@ -127,23 +127,6 @@ def _declared_length(scope: MutableMapping[str, Any]) -> int:
         if name == b"content-length":
             return int(value) if value.isdigit() else 0
     return 0
-
-
-async def _send_problem(send: Any, problem: Problem, path: str) -> None:
-    body = msgspec.json.encode(problem.to_body(instance=path))
-    headers = [(name.lower().encode(), value.encode()) for name, value in problem.headers().items()]
-    await send(
-        {
-            "type": "http.response.start",
-            "status": problem.status,
-            "headers": [
-                (b"content-type", b"application/problem+json"),
-                (b"content-length", str(len(body)).encode()),
-                *headers,
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
 
 
 def carry_context(scope: MutableMapping[str, Any]) -> None:
@@ -338,7 +321,7 @@ class McpEndpoint:
         )
         if exchange is not None:
             exchange.facts.reason = too_large.audit_reason()
-        await _send_problem(send, too_large, scope.get("path", "/mcp"))
+        await send_problem(send, too_large, scope.get("path", "/mcp"))
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -164,31 +165,12 @@ async def test_a_body_declared_too_large_is_refused_before_it_is_read(api: Api, 
     alice = await api.new_agent("alice")
     before = await count_memories(api.runtime)
     async with serving(api.runtime) as base_url:
-        port = int(base_url.rsplit(":", 1)[1])
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        head = (
-            f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
-            f"Authorization: Bearer {alice.token}\r\nContent-Type: application/json\r\n"
-            "Accept: application/json, text/event-stream\r\n"
-            f"Content-Length: {100 * MAX_BODY}\r\n\r\n"
+        answered = await _raw_post(
+            base_url, path, alice.token, f"Content-Length: {100 * MAX_BODY}", chunks=()
         )
-        writer.write(head.encode())
-        try:
-            async with asyncio.timeout(5):
-                status_line = await reader.readline()
-                headers = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").lower()
-        finally:
-            writer.close()
-    assert status_line.split()[1] == b"413", status_line
-    assert "content-type: application/problem+json" in headers
+    _assert_too_large(answered)
     assert await count_memories(api.runtime) == before
-    refusals = await scalar(
-        api.runtime,
-        "SELECT count(*) FROM audit_events WHERE tenant_id = :t AND status = 413 AND "
-        "reason = 'body-too-large'",
-        t=api.tenant_id,
-    )
-    assert refusals == 1  # audited like any call
+    assert await _too_large_refusals(api) == 1  # audited like any call
 
 
 INTERNALS = {
@@ -252,33 +234,52 @@ async def test_a_chunked_mcp_body_past_the_limit_is_a_problem_and_audited(api: A
     counted as it comes and refused with the same problem as a declared one."""
     alice = await api.new_agent("alice")
     chunk = b"x" * 65536
+    chunks = [f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n"] * (MAX_BODY // len(chunk) + 2)
     async with serving(api.runtime) as base_url:
-        port = int(base_url.rsplit(":", 1)[1])
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(
-            (
-                f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
-                f"Authorization: Bearer {alice.token}\r\nContent-Type: application/json\r\n"
-                "Accept: application/json, text/event-stream\r\n"
-                "Transfer-Encoding: chunked\r\n\r\n"
-            ).encode()
+        answered = await _raw_post(
+            base_url, "/mcp", alice.token, "Transfer-Encoding: chunked", [*chunks, b"0\r\n\r\n"]
         )
-        try:
-            async with asyncio.timeout(10):
-                for _ in range(MAX_BODY // len(chunk) + 2):
-                    writer.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
-                    await writer.drain()
-                writer.write(b"0\r\n\r\n")
-                status_line = await reader.readline()
-                headers = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").lower()
-        finally:
-            writer.close()
+    _assert_too_large(answered)
+    assert await _too_large_refusals(api) == 1
+
+
+async def _raw_post(
+    base_url: str, path: str, token: str, framing: str, chunks: Sequence[bytes]
+) -> tuple[bytes, str]:
+    """POST over a raw connection (the head, then `chunks` as they are): the status line and
+    the headers of the answer, within 10 s."""
+    port = int(base_url.rsplit(":", 1)[1])
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(
+        (
+            f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+            f"Authorization: Bearer {token}\r\nContent-Type: application/json\r\n"
+            f"Accept: application/json, text/event-stream\r\n{framing}\r\n\r\n"
+        ).encode()
+    )
+    try:
+        async with asyncio.timeout(10):
+            for chunk in chunks:
+                writer.write(chunk)
+                await writer.drain()
+            status_line = await reader.readline()
+            headers = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").lower()
+    finally:
+        writer.close()
+    return status_line, headers
+
+
+def _assert_too_large(answered: tuple[bytes, str]) -> None:
+    status_line, headers = answered
     assert status_line.split()[1] == b"413", status_line
     assert "content-type: application/problem+json" in headers
-    refusals = await scalar(
+
+
+async def _too_large_refusals(api: Api) -> int:
+    found: int = await scalar(
         api.runtime,
         "SELECT count(*) FROM audit_events WHERE tenant_id = :t AND status = 413 AND "
         "reason = 'body-too-large'",
         t=api.tenant_id,
     )
-    assert refusals == 1
+    return found
