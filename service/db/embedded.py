@@ -170,8 +170,8 @@ def _postmaster_pid(pgdata: Path) -> int | None:
 
 
 def _is_zombie(pid: int) -> bool:
-    """psutil (the wheel's own dependency, and what it asks whether the server runs): /proc on
-    Linux, the kernel's process table elsewhere (macOS included)."""
+    """psutil (the wheel's own dependency, and what it asks whether the server runs; imported
+    here only, like the wheel): /proc on Linux, the kernel's process table elsewhere."""
     import psutil
 
     try:
