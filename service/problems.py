@@ -145,6 +145,11 @@ class MethodNotAllowed(Problem, slug="method-not-allowed", status=405, title="Me
 class ServiceUnavailable(Problem, slug="service-unavailable", status=503, title="Unavailable"):
     """A dependency (database, embedding provider) is not reachable; retry later."""
 
+    def headers(self) -> dict[str, str]:
+        # Every 503 says when to retry, whichever path answers it (the problem map, the call
+        # that could not be recorded).
+        return {"Retry-After": "1"}
+
 
 class InternalError(Problem, slug="internal-error", status=500, title="Internal error"):
     """Something failed on our side. The body never carries tracebacks, SQL or driver text."""

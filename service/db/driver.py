@@ -39,6 +39,9 @@ from sqlalchemy.util import greenlet_spawn
 from service.observability.telemetry import fail_statement_span
 
 Processor = Callable[[Any], Any]
+QUERY_CANCELED = "57014"
+"""SQLSTATE of a statement cancelled by `statement_timeout` (a read's budget, or the
+connection's MEMGATE_DB_STATEMENT_TIMEOUT_MS)."""
 Built = TypeVar("Built")
 
 

@@ -134,9 +134,7 @@ def receipt_header(call: Call, scope: MutableMapping[str, Any]) -> tuple[bytes, 
     return b"audit-receipt", f"seq={seq}; hash={row_hash.hex()}".encode()
 
 
-async def send_problem(
-    send: Send, problem: Problem, path: str, *extra: tuple[bytes, bytes]
-) -> None:
+async def send_problem(send: Send, problem: Problem, path: str) -> None:
     """A problem answered on raw ASGI, by the adapters that answer outside Litestar's handlers
     (a call that could not be recorded, /mcp's body limit)."""
     body = json.dumps(problem.to_body(instance=path)).encode()
@@ -152,7 +150,6 @@ async def send_problem(
                 (b"content-length", str(len(body)).encode()),
                 (b"cache-control", b"no-store"),
                 *declared,
-                *extra,
             ],
         }
     )
@@ -181,7 +178,7 @@ def http_calls(app: ASGIApp, runtime: Runtime) -> ASGIApp:
                 problem = await finish(message["status"])
                 if problem is not None:
                     replaced = True
-                    await send_problem(send, problem, scope.get("path", ""), (b"retry-after", b"1"))
+                    await send_problem(send, problem, scope.get("path", ""))
                     return
                 receipt = receipt_header(call, mutable)
                 if receipt is not None:

@@ -15,6 +15,7 @@ from litestar.exceptions import (
 from litestar.status_codes import HTTP_413_REQUEST_ENTITY_TOO_LARGE
 from sqlalchemy.exc import DataError, DBAPIError
 
+from service.db.driver import QUERY_CANCELED
 from service.db.types import PATTERN_MEANINGS
 from service.http.audit import find_call
 from service.problems import (
@@ -30,7 +31,6 @@ from service.problems import (
 )
 
 PROBLEM_JSON = "application/problem+json"
-QUERY_CANCELED = "57014"
 _log = structlog.get_logger("memgate.errors")
 
 

@@ -50,7 +50,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.sql.elements import NamedColumn
 
-from service.db.driver import built_once, run
+from service.db.driver import QUERY_CANCELED, built_once, run
 from service.db.models import EMBEDDING_DIMENSIONS, Memory, MemoryRecall, Space
 from service.memory.reserved import RESERVED_KEYS, SUMMARY_KIND
 from service.policy.visible import (
@@ -836,9 +836,6 @@ class ReadCancelled(Exception):
     the transaction is aborted, so nothing it began is kept."""
 
 
-_QUERY_CANCELED = "57014"
-
-
 @dataclass
 class ReadBudget:
     """The statement timeout a block of reads runs under, and the one to restore after it."""
@@ -876,7 +873,7 @@ async def read_budget(session: AsyncSession, timeout_ms: int) -> AsyncIterator[R
     try:
         yield budget
     except DBAPIError as exc:
-        if getattr(exc.orig, "sqlstate", None) == _QUERY_CANCELED:
+        if getattr(exc.orig, "sqlstate", None) == QUERY_CANCELED:
             raise ReadCancelled from None
         raise
     # (A cancelled statement aborts the transaction, so there is nothing to restore then.)

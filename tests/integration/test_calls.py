@@ -438,6 +438,7 @@ async def test_after_a_failover_one_call_answers_503_and_the_next_are_served(
     answers = [await api.search(alice, "who owns billing") for _ in range(4)]
     first, *rest = answers
     assert first.status_code == 503, first.text
+    assert first.headers["retry-after"] == "1"  # every 503 says when to retry
     assert first.headers["content-type"].startswith("application/problem+json")
     assert first.json()["type"].endswith("/service-unavailable")
     assert "Retry" in first.json()["detail"]
